@@ -1,0 +1,67 @@
+"""ragguard's error types. Each carries the HTTP status the server maps it to."""
+
+from __future__ import annotations
+
+
+class RagGuardError(Exception):
+    """Base class: a failure with a message that says what was wrong and what is allowed."""
+
+    status_code = 500
+    error_type = "internal_error"
+
+
+class InvalidInputError(RagGuardError, ValueError):
+    """The request is well-formed but its values are not acceptable."""
+
+    status_code = 422
+    error_type = "invalid_input"
+
+
+class NotFoundError(RagGuardError, LookupError):
+    """A named thing (index, document) does not exist."""
+
+    status_code = 404
+    error_type = "not_found"
+
+
+class IndexNotFoundError(NotFoundError):
+    """No index with that name has been built."""
+
+
+class DocumentNotFoundError(NotFoundError):
+    """No document with that id is in the index."""
+
+
+class UnsupportedFileTypeError(RagGuardError):
+    """A file's type cannot be ingested."""
+
+    status_code = 415
+    error_type = "unsupported_file_type"
+
+
+class PayloadTooLargeError(RagGuardError):
+    """An upload or a question is larger than the configured limit."""
+
+    status_code = 413
+    error_type = "payload_too_large"
+
+
+class DocumentParseError(RagGuardError):
+    """A file has a supported type but its content cannot be read."""
+
+    status_code = 422
+    error_type = "unreadable_document"
+
+
+class IndexMismatchError(RagGuardError):
+    """An index was built with another embedding model (or is of an unknown format version)."""
+
+    status_code = 409
+    error_type = "index_mismatch"
+
+
+class NotReadyError(RagGuardError):
+    """The service is still loading its model or index."""
+
+    status_code = 503
+    error_type = "not_ready"

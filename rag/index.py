@@ -1,0 +1,442 @@
+"""A persisted vector index: FAISS for search, SQLite for chunks, crash-safe on every write.
+
+Layout of ``indexes/<name>/``::
+
+    chunks.sqlite           documents, chunks (text + embedding) and metadata: the source of truth
+    vectors-<gen>.faiss     FAISS index for generation <gen> of the database (a rebuildable cache)
+    manifest.json           a readable summary of the metadata, rewritten after every commit
+
+Every write is one SQLite transaction that also bumps the generation; the FAISS file of the new
+generation is then written to a temporary file and renamed into place. A crash at any point leaves
+either the old or the new generation committed; if the FAISS file of the committed generation is
+missing, opening the index rebuilds it from the stored embeddings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rag.documents import Chunk, Document
+from rag.errors import IndexMismatchError, IndexNotFoundError, InvalidInputError
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+INDEX_TYPES = ("flat", "hnsw")
+_DB_FILE = "chunks.sqlite"
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS documents (
+    doc_id TEXT PRIMARY KEY,
+    content_hash TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    num_chunks INTEGER NOT NULL,
+    ingested_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS chunks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    chunk_id TEXT NOT NULL UNIQUE,
+    doc_id TEXT NOT NULL REFERENCES documents(doc_id) ON DELETE CASCADE,
+    ordinal INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    embedding BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks(doc_id);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentInfo:
+    """What the index knows about one ingested document."""
+
+    doc_id: str
+    content_hash: str
+    num_chunks: int
+    metadata: dict[str, Any]
+    ingested_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class IndexInfo:
+    """The manifest: how the index was built and what it holds."""
+
+    name: str
+    format_version: int
+    embedding_model: str
+    dimension: int
+    index_type: str
+    chunk_size: int
+    chunk_overlap: int
+    num_documents: int
+    num_chunks: int
+    generation: int
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredChunk:
+    """A search hit: the chunk and its cosine similarity to the query."""
+
+    chunk: Chunk
+    score: float
+    metadata: dict[str, Any]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class VectorIndex:
+    """One named index on disk. Thread-safe: writes and searches are serialised by a lock."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection, meta: dict[str, str]):
+        self.path = path
+        self._conn = conn
+        self._meta = meta
+        self._lock = threading.RLock()
+        self._faiss: Any = None
+        self._load_or_rebuild_faiss()
+
+    # ----------------------------------------------------------------- opening
+    @classmethod
+    def exists(cls, path: Path) -> bool:
+        return (path / _DB_FILE).is_file()
+
+    @classmethod
+    def open(cls, path: Path, *, embedding_model: str | None = None, dimension: int | None = None) -> VectorIndex:
+        """Open a built index; with ``embedding_model`` set, refuse one built with another."""
+        if not cls.exists(path):
+            raise IndexNotFoundError(
+                f"no index at {path}: build it with `ragguard ingest PATH --index {path.name}`"
+            )
+        conn = cls._connect(path)
+        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        if "format_version" not in meta:
+            conn.close()
+            raise IndexNotFoundError(f"the index at {path} was never completely created; delete it")
+        if int(meta["format_version"]) != FORMAT_VERSION:
+            conn.close()
+            raise IndexMismatchError(
+                f"index {path.name} has format version {meta['format_version']}; "
+                f"this ragguard reads version {FORMAT_VERSION}: rebuild it"
+            )
+        built_with = meta["embedding_model"]
+        if embedding_model is not None and built_with != embedding_model:
+            conn.close()
+            raise IndexMismatchError(
+                f"index {path.name} was built with embedding model {built_with!r}, but "
+                f"{embedding_model!r} is configured: use that model or rebuild the index"
+            )
+        if dimension is not None and int(meta["dimension"]) != dimension:
+            conn.close()
+            raise IndexMismatchError(
+                f"index {path.name} holds {meta['dimension']}-dimensional vectors; "
+                f"the configured embedding model produces {dimension}"
+            )
+        return cls(path, conn, meta)
+
+    @classmethod
+    def create(
+        cls,
+        path: Path,
+        *,
+        embedding_model: str,
+        dimension: int,
+        index_type: str = "flat",
+        chunk_size: int = 256,
+        chunk_overlap: int = 32,
+    ) -> VectorIndex:
+        """Create an empty index (the metadata is written in one transaction)."""
+        if index_type not in INDEX_TYPES:
+            raise InvalidInputError(f"index_type must be one of {INDEX_TYPES}, got {index_type!r}")
+        if cls.exists(path):
+            raise InvalidInputError(f"an index already exists at {path}")
+        path.mkdir(parents=True, exist_ok=True)
+        conn = cls._connect(path)
+        now = time.time()
+        meta = {
+            "format_version": str(FORMAT_VERSION),
+            "embedding_model": embedding_model,
+            "dimension": str(dimension),
+            "index_type": index_type,
+            "chunk_size": str(chunk_size),
+            "chunk_overlap": str(chunk_overlap),
+            "generation": "0",
+            "created_at": repr(now),
+            "updated_at": repr(now),
+        }
+        with conn:
+            conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
+        index = cls(path, conn, meta)
+        index._write_manifest()
+        return index
+
+    @staticmethod
+    def _connect(path: Path) -> sqlite3.Connection:
+        conn = sqlite3.connect(path / _DB_FILE, check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.executescript(_SCHEMA)
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    # ------------------------------------------------------------------ reads
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def embedding_model(self) -> str:
+        return self._meta["embedding_model"]
+
+    @property
+    def dimension(self) -> int:
+        return int(self._meta["dimension"])
+
+    @property
+    def generation(self) -> int:
+        """Bumped by every committed write: a version for caches keyed on index content."""
+        return int(self._meta["generation"])
+
+    def info(self) -> IndexInfo:
+        with self._lock:
+            num_docs, num_chunks = self._conn.execute(
+                "SELECT COUNT(*), COALESCE(SUM(num_chunks), 0) FROM documents"
+            ).fetchone()
+        m = self._meta
+        return IndexInfo(
+            name=self.name,
+            format_version=int(m["format_version"]),
+            embedding_model=m["embedding_model"],
+            dimension=int(m["dimension"]),
+            index_type=m["index_type"],
+            chunk_size=int(m["chunk_size"]),
+            chunk_overlap=int(m["chunk_overlap"]),
+            num_documents=int(num_docs),
+            num_chunks=int(num_chunks),
+            generation=int(m["generation"]),
+            created_at=float(m["created_at"]),
+            updated_at=float(m["updated_at"]),
+        )
+
+    def document(self, doc_id: str) -> DocumentInfo | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT doc_id, content_hash, num_chunks, metadata, ingested_at FROM documents "
+                "WHERE doc_id = ?",
+                (doc_id,),
+            ).fetchone()
+        return self._document_info(row) if row else None
+
+    def documents(self, *, offset: int = 0, limit: int | None = None) -> list[DocumentInfo]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT doc_id, content_hash, num_chunks, metadata, ingested_at FROM documents "
+                "ORDER BY doc_id LIMIT ? OFFSET ?",
+                (-1 if limit is None else limit, offset),
+            ).fetchall()
+        return [self._document_info(r) for r in rows]
+
+    @staticmethod
+    def _document_info(row: tuple[Any, ...]) -> DocumentInfo:
+        return DocumentInfo(row[0], row[1], int(row[2]), json.loads(row[3]), float(row[4]))
+
+    def search(self, query: np.ndarray, top_k: int) -> list[ScoredChunk]:
+        """The ``top_k`` chunks most similar to a normalised query vector, best first."""
+        if query.shape != (self.dimension,):
+            raise InvalidInputError(f"query vector must have shape ({self.dimension},)")
+        with self._lock:
+            if self._faiss.ntotal == 0:
+                return []
+            scores, ids = self._faiss.search(query[None, :].astype(np.float32), top_k)
+            hits = [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
+            rows = self._conn.execute(
+                "SELECT c.id, c.chunk_id, c.doc_id, c.ordinal, c.text, d.metadata FROM chunks c "
+                f"JOIN documents d USING (doc_id) WHERE c.id IN ({','.join('?' * len(hits))})",
+                [i for i, _ in hits],
+            ).fetchall()
+        by_id = {r[0]: r for r in rows}
+        return [
+            ScoredChunk(Chunk(r[1], r[2], r[3], r[4]), score, json.loads(r[5]))
+            for i, score in hits
+            if (r := by_id.get(i)) is not None
+        ]
+
+    # ----------------------------------------------------------------- writes
+    def write(
+        self,
+        upserts: Sequence[tuple[Document, list[Chunk], np.ndarray]] = (),
+        deletes: Iterable[str] = (),
+    ) -> None:
+        """Atomically replace/insert documents (with their chunks and vectors) and delete others."""
+        for document, chunks, vectors in upserts:
+            if vectors.shape != (len(chunks), self.dimension):
+                raise InvalidInputError(
+                    f"document {document.doc_id}: {len(chunks)} chunks need vectors of shape "
+                    f"({len(chunks)}, {self.dimension}), got {vectors.shape}"
+                )
+        with self._lock:
+            removed_ids: list[int] = []
+            added: list[tuple[int, np.ndarray]] = []
+            with self._transaction():
+                for doc_id in deletes:
+                    removed_ids += self._delete_rows(doc_id)
+                for document, chunks, vectors in upserts:
+                    removed_ids += self._delete_rows(document.doc_id)
+                    added += self._insert_rows(document, chunks, vectors)
+                generation = self.generation + 1
+                now = time.time()
+                self._conn.executemany(
+                    "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                    [("generation", str(generation)), ("updated_at", repr(now))],
+                )
+            self._meta.update(generation=str(generation), updated_at=repr(now))
+            try:
+                self._apply_to_faiss(removed_ids, added)
+                self._persist_faiss()
+                self._write_manifest()
+            except BaseException:
+                # The database is committed; bring the in-memory index back in line with it.
+                logger.exception("index %s: FAISS update failed; rebuilding from the database", self.name)
+                self._faiss = self._build_faiss_from_db()
+                raise
+
+    def delete(self, doc_id: str) -> bool:
+        """Delete one document; False when it was not there."""
+        if self.document(doc_id) is None:
+            return False
+        self.write(deletes=[doc_id])
+        return True
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    def _delete_rows(self, doc_id: str) -> list[int]:
+        ids = [r[0] for r in self._conn.execute("SELECT id FROM chunks WHERE doc_id = ?", (doc_id,))]
+        self._conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc_id,))
+        self._conn.execute("DELETE FROM documents WHERE doc_id = ?", (doc_id,))
+        return ids
+
+    def _insert_rows(
+        self, document: Document, chunks: list[Chunk], vectors: np.ndarray
+    ) -> list[tuple[int, np.ndarray]]:
+        self._conn.execute(
+            "INSERT INTO documents VALUES (?, ?, ?, ?, ?)",
+            (
+                document.doc_id,
+                document.content_hash,
+                json.dumps(document.metadata, default=str),
+                len(chunks),
+                time.time(),
+            ),
+        )
+        added = []
+        for chunk, vector in zip(chunks, vectors, strict=True):
+            cursor = self._conn.execute(
+                "INSERT INTO chunks (chunk_id, doc_id, ordinal, text, embedding) VALUES (?, ?, ?, ?, ?)",
+                (chunk.chunk_id, chunk.doc_id, chunk.ordinal, chunk.text, vector.astype(np.float32).tobytes()),
+            )
+            assert cursor.lastrowid is not None
+            added.append((cursor.lastrowid, vector))
+        return added
+
+    # ------------------------------------------------------------------ FAISS
+    def _faiss_file(self, generation: int) -> Path:
+        return self.path / f"vectors-{generation}.faiss"
+
+    def _new_faiss(self) -> Any:
+        import faiss
+
+        if self._meta["index_type"] == "hnsw":
+            inner = faiss.IndexHNSWFlat(self.dimension, 32, faiss.METRIC_INNER_PRODUCT)
+            inner.hnsw.efSearch = 128
+            inner.hnsw.efConstruction = 80
+        else:
+            inner = faiss.IndexFlatIP(self.dimension)
+        return faiss.IndexIDMap2(inner)
+
+    def _build_faiss_from_db(self) -> Any:
+        index = self._new_faiss()
+        cursor = self._conn.execute("SELECT id, embedding FROM chunks ORDER BY id")
+        while rows := cursor.fetchmany(20_000):
+            ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+            vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
+            index.add_with_ids(vectors.reshape(len(rows), self.dimension), ids)
+        return index
+
+    def _load_or_rebuild_faiss(self) -> None:
+        import faiss
+
+        file = self._faiss_file(self.generation)
+        if file.is_file():
+            self._faiss = faiss.read_index(str(file))
+            return
+        logger.info("index %s: rebuilding FAISS generation %d from the database", self.name, self.generation)
+        self._faiss = self._build_faiss_from_db()
+        self._persist_faiss()
+
+    def _apply_to_faiss(self, removed_ids: list[int], added: list[tuple[int, np.ndarray]]) -> None:
+        if removed_ids:
+            if self._meta["index_type"] == "hnsw":  # HNSW cannot remove: rebuild (rare; deletes)
+                self._faiss = self._build_faiss_from_db()
+                return
+            self._faiss.remove_ids(np.asarray(removed_ids, dtype=np.int64))
+        if added:
+            ids = np.asarray([i for i, _ in added], dtype=np.int64)
+            self._faiss.add_with_ids(np.stack([v for _, v in added]).astype(np.float32), ids)
+
+    def _persist_faiss(self) -> None:
+        import faiss
+
+        data = faiss.serialize_index(self._faiss).tobytes()
+        _atomic_write_bytes(self._faiss_file(self.generation), data)
+        for stale in self.path.glob("vectors-*.faiss"):
+            if stale.name != self._faiss_file(self.generation).name:
+                stale.unlink(missing_ok=True)
+
+    def _write_manifest(self) -> None:
+        manifest = asdict(self.info())
+        _atomic_write_bytes(self.path / "manifest.json", json.dumps(manifest, indent=2).encode())

@@ -1,0 +1,50 @@
+"""All configuration, read from ``RAGGUARD_*`` environment variables (or a ``.env`` file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """ragguard settings. Build one in ``create_app`` or ``Pipeline.from_settings``, never at import."""
+
+    model_config = SettingsConfigDict(env_prefix="RAGGUARD_", env_file=".env", extra="ignore")
+
+    # Models
+    model: str | None = Field(None, description="GGUF file or HF model dir; empty = SmolLM2-135M-Instruct")
+    embedding_model: str | None = Field(None, description="sentence-transformers dir; empty = all-MiniLM-L6-v2")
+    generator: Literal["hf"] = Field("hf", description="generation backend")
+    device: str = Field("auto", description="auto, cpu, cuda, cuda:N")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    allow_hub: bool = Field(False, description="allow downloading models from the Hugging Face hub")
+    model_cache_dir: Path | None = Field(None, description="converted-weights cache; default ~/.cache/ragguard/models")
+    max_batch_size: int = Field(8, ge=1, le=256, description="sequences generated together")
+
+    # Index and ingestion
+    index_dir: Path = Field(Path("indexes"), description="folder holding one sub-folder per index")
+    index_name: str = Field("demo", description="index used when a request names none")
+    index_type: Literal["flat", "hnsw"] = Field("flat", description="exact inner product, or HNSW")
+    chunk_size: int = Field(256, ge=32, le=8192, description="chunk size in embedding-model tokens")
+    chunk_overlap: int = Field(32, ge=0, le=1024, description="tokens shared by consecutive chunks")
+    embed_batch_size: int = Field(64, ge=1, le=4096)
+    max_upload_bytes: int = Field(20 * 1024 * 1024, ge=1, description="largest accepted upload")
+
+    # Answering
+    top_k: int = Field(4, ge=1, le=50, description="passages retrieved per question")
+    min_score: float = Field(0.25, ge=-1.0, le=1.0, description="cosine similarity a passage needs")
+    max_tokens: int = Field(160, ge=1, le=4096, description="answer length limit in tokens")
+    temperature: float = Field(0.0, ge=0.0, le=2.0, description="0 = greedy")
+    max_question_chars: int = Field(2000, ge=1, description="longest accepted question")
+
+    # Server
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    log_level: str = "info"
+
+    def index_path(self, name: str | None = None) -> Path:
+        """Folder of the named index (default: ``index_name``)."""
+        return self.index_dir / (name or self.index_name)
