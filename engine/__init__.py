@@ -5,10 +5,14 @@ Heavy dependencies (torch, transformers) load only when a generator is built.
 
 from engine.config import EngineConfig
 from engine.errors import EngineError, ModelLoadError, ModelNotFoundError, PromptTooLongError
+from engine.generator import BACKENDS, Generator, build_generator
 from engine.outputs import CompletionOutput, FinishReason, RequestOutput, RequestTiming
 from engine.sampling_params import PRESETS, SamplingParams
 
 __all__ = [
+    "BACKENDS",
+    "Generator",
+    "build_generator",
     "PRESETS",
     "CompletionOutput",
     "EngineConfig",

@@ -58,7 +58,7 @@ class Embedder:
 
     def tokenize(self, text: str) -> list[int]:
         """The embedding model's own token ids (no special tokens): the unit chunk sizes use."""
-        ids: list[int] = self.model.tokenizer.encode(text, add_special_tokens=False)
+        ids: list[int] = self.model.tokenizer.encode(text, add_special_tokens=False, verbose=False)
         return ids
 
     def embed(self, texts: list[str], *, batch_size: int = 64, show_progress: bool = False) -> np.ndarray:

@@ -1,0 +1,204 @@
+"""A collection: one vector index plus the embedder and chunker that fill it."""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rag.documents import Chunk, Chunker, Document
+from rag.embed import Embedder
+from rag.errors import DocumentNotFoundError, IndexNotFoundError, InvalidInputError
+from rag.index import DocumentInfo, IndexInfo, ScoredChunk, VectorIndex
+
+logger = logging.getLogger(__name__)
+
+_INDEX_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def check_index_name(name: str) -> str:
+    """Index names become folder names: letters, digits, '_', '.', '-'; at most 64."""
+    if not _INDEX_NAME.match(name):
+        raise InvalidInputError(
+            f"invalid index name {name!r}: use 1-64 letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+@dataclass(slots=True)
+class IngestReport:
+    """What one ingestion did."""
+
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    num_chunks: int = 0
+    elapsed_s: float = 0.0
+
+
+class Collection:
+    """Ingest, delete and search documents of one index."""
+
+    def __init__(self, index: VectorIndex, embedder: Embedder, *, embed_batch_size: int = 64):
+        info = index.info()
+        self.index = index
+        self.embedder = embedder
+        self.chunker = Chunker(embedder.tokenize, info.chunk_size, info.chunk_overlap)
+        self.embed_batch_size = embed_batch_size
+
+    @property
+    def name(self) -> str:
+        return self.index.name
+
+    def info(self) -> IndexInfo:
+        return self.index.info()
+
+    def documents(self, *, offset: int = 0, limit: int | None = None) -> list[DocumentInfo]:
+        return self.index.documents(offset=offset, limit=limit)
+
+    def ingest(
+        self,
+        documents: Iterable[Document],
+        *,
+        show_progress: bool = False,
+        commit_every_chunks: int = 4096,
+    ) -> IngestReport:
+        """Add new documents, replace changed ones, skip unchanged ones.
+
+        Chunks are embedded in batches and committed in groups of about ``commit_every_chunks``;
+        each group is one atomic write, so an interrupted ingestion keeps the groups before it.
+        """
+        started = time.perf_counter()
+        report = IngestReport()
+        latest = {doc.doc_id: doc for doc in documents}  # a repeated id: the last one wins
+        pending: list[tuple[Document, list[Chunk]]] = []
+        for doc in latest.values():
+            known = self.index.document(doc.doc_id)
+            if known is not None and known.content_hash == doc.content_hash:
+                report.skipped.append(doc.doc_id)
+                continue
+            (report.updated if known else report.added).append(doc.doc_id)
+            pending.append((doc, self.chunker.split(doc)))
+        total = sum(len(chunks) for _, chunks in pending)
+        report.num_chunks = total
+        from tqdm.auto import tqdm
+
+        with tqdm(total=total, unit="chunk", desc=f"embedding into {self.name}", disable=not show_progress) as bar:
+            group: list[tuple[Document, list[Chunk]]] = []
+            for item in pending:
+                group.append(item)
+                if sum(len(c) for _, c in group) >= commit_every_chunks:
+                    self._embed_and_write(group, bar)
+                    group = []
+            if group:
+                self._embed_and_write(group, bar)
+        report.elapsed_s = time.perf_counter() - started
+        return report
+
+    def _embed_and_write(self, group: list[tuple[Document, list[Chunk]]], bar: object) -> None:
+        texts = [chunk.text for _, chunks in group for chunk in chunks]
+        vectors = []
+        for start in range(0, len(texts), self.embed_batch_size):
+            batch = texts[start : start + self.embed_batch_size]
+            vectors.append(self.embedder.embed(batch, batch_size=self.embed_batch_size))
+            bar.update(len(batch))  # type: ignore[attr-defined]
+        import numpy as np
+
+        matrix = np.concatenate(vectors) if vectors else np.zeros((0, self.embedder.dimension), np.float32)
+        upserts, offset = [], 0
+        for doc, chunks in group:
+            upserts.append((doc, chunks, matrix[offset : offset + len(chunks)]))
+            offset += len(chunks)
+        self.index.write(upserts)
+
+    def delete(self, doc_id: str) -> None:
+        """Delete a document and its chunks."""
+        if not self.index.delete(doc_id):
+            raise DocumentNotFoundError(f"document {doc_id!r} is not in index {self.name!r}")
+
+    def search(self, query: str, top_k: int) -> list[ScoredChunk]:
+        return self.index.search(self.embedder.embed_query(query), top_k)
+
+
+class CollectionRegistry:
+    """The indexes under one folder, opened lazily and kept open."""
+
+    def __init__(
+        self,
+        index_dir: Path,
+        embedder: Embedder,
+        *,
+        index_type: str = "flat",
+        chunk_size: int = 256,
+        chunk_overlap: int = 32,
+        embed_batch_size: int = 64,
+    ):
+        self.index_dir = index_dir
+        self.embedder = embedder
+        self.index_type = index_type
+        # A chunk longer than the embedder's window would be silently truncated when embedded.
+        self.chunk_size = min(chunk_size, embedder.max_seq_length - 2)
+        self.chunk_overlap = min(chunk_overlap, self.chunk_size // 2)
+        self.embed_batch_size = embed_batch_size
+        self._open: dict[str, Collection] = {}
+        self._lock = threading.Lock()
+
+    def names(self) -> list[str]:
+        """Names of the indexes built under ``index_dir``."""
+        if not self.index_dir.is_dir():
+            return []
+        return sorted(p.name for p in self.index_dir.iterdir() if VectorIndex.exists(p))
+
+    def get(self, name: str, *, create: bool = False) -> Collection:
+        """Open a collection; with ``create``, build an empty one when absent."""
+        check_index_name(name)
+        with self._lock:
+            if name in self._open:
+                return self._open[name]
+            path = self.index_dir / name
+            if VectorIndex.exists(path):
+                index = VectorIndex.open(
+                    path, embedding_model=self.embedder.model_id, dimension=self.embedder.dimension
+                )
+            elif create:
+                index = VectorIndex.create(
+                    path,
+                    embedding_model=self.embedder.model_id,
+                    dimension=self.embedder.dimension,
+                    index_type=self.index_type,
+                    chunk_size=self.chunk_size,
+                    chunk_overlap=self.chunk_overlap,
+                )
+            else:
+                available = ", ".join(self.names()) or "none"
+                raise IndexNotFoundError(
+                    f"index {name!r} does not exist (available: {available}); "
+                    f"build it with `ragguard ingest PATH --index {name}`"
+                )
+            collection = Collection(index, self.embedder, embed_batch_size=self.embed_batch_size)
+            self._open[name] = collection
+            return collection
+
+    def drop(self, name: str) -> None:
+        """Delete an index and its folder."""
+        check_index_name(name)
+        with self._lock:
+            path = self.index_dir / name
+            if not VectorIndex.exists(path):
+                raise IndexNotFoundError(f"index {name!r} does not exist")
+            collection = self._open.pop(name, None)
+            if collection is not None:
+                collection.index.close()
+            shutil.rmtree(path)
+
+    def close(self) -> None:
+        with self._lock:
+            for collection in self._open.values():
+                collection.index.close()
+            self._open.clear()

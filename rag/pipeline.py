@@ -1,0 +1,156 @@
+"""``Pipeline.ask``: retrieve passages, generate a grounded answer, cite its sources."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass
+
+from engine import EngineConfig, Generator, SamplingParams, build_generator
+from rag import citations
+from rag.collection import CollectionRegistry
+from rag.embed import Embedder
+from rag.errors import InvalidInputError
+from rag.prompt import NO_ANSWER, build_messages
+from rag.retriever import VectorRetriever
+from rag.settings import Settings
+from rag.types import Passage, Result, Usage
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class AskOptions:
+    """Per-question options; None falls back to the pipeline's settings."""
+
+    index: str | None = None
+    top_k: int | None = None
+    min_score: float | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    seed: int | None = None
+
+
+class Pipeline:
+    """Grounded question answering over the collections of one index folder."""
+
+    def __init__(self, settings: Settings, embedder: Embedder, generator: Generator):
+        self.settings = settings
+        self.embedder = embedder
+        self.generator = generator
+        self.collections = CollectionRegistry(
+            settings.index_dir,
+            embedder,
+            index_type=settings.index_type,
+            chunk_size=settings.chunk_size,
+            chunk_overlap=settings.chunk_overlap,
+            embed_batch_size=settings.embed_batch_size,
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None) -> Pipeline:
+        """Load the embedding model and the generator named by the settings (offline by default)."""
+        settings = settings or Settings()
+        if not settings.allow_hub:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        config = EngineConfig(
+            model=settings.model,
+            dtype=settings.dtype,
+            device=settings.device,
+            max_num_seqs=settings.max_batch_size,
+            cache_dir=settings.model_cache_dir,
+            allow_hub=settings.allow_hub,
+        )
+        embedder = Embedder(
+            settings.embedding_model, device=config.resolved_device(), allow_hub=settings.allow_hub
+        )
+        return cls(settings, embedder, build_generator(config, settings.generator))
+
+    def close(self) -> None:
+        self.collections.close()
+
+    def ask(self, question: str, **options: object) -> Result:
+        """Answer ``question`` from the index, citing passages; options are ``AskOptions`` fields."""
+        try:
+            opts = AskOptions(**options)  # type: ignore[arg-type]
+        except TypeError as exc:
+            raise InvalidInputError(f"unknown option: {exc}") from exc
+        return self.ask_with(question, opts)
+
+    def ask_with(self, question: str, options: AskOptions) -> Result:
+        s = self.settings
+        question = question.strip()
+        if not question:
+            raise InvalidInputError("the question is empty")
+        if len(question) > s.max_question_chars:
+            raise InvalidInputError(
+                f"the question has {len(question)} characters; at most {s.max_question_chars} are allowed"
+            )
+        index_name = options.index or s.index_name
+        top_k = options.top_k or s.top_k
+        min_score = s.min_score if options.min_score is None else options.min_score
+        params = SamplingParams(
+            temperature=s.temperature if options.temperature is None else options.temperature,
+            max_tokens=options.max_tokens or s.max_tokens,
+            seed=options.seed,
+        )
+        request_id = uuid.uuid4().hex
+        started = time.perf_counter()
+        collection = self.collections.get(index_name)
+        retrieved = VectorRetriever(collection).retrieve(question, top_k)
+        passages = [p for p in retrieved if p.score >= min_score]
+        timings = {"retrieve_s": time.perf_counter() - started}
+        if not passages:
+            best = max((p.score for p in retrieved), default=None)
+            reason = (
+                "no passage is relevant enough to answer "
+                f"(best score {best:.3f} < min_score {min_score})" if best is not None
+                else "the index holds no passages"
+            )
+            timings["total_s"] = time.perf_counter() - started
+            return self._result(request_id, question, NO_ANSWER, [], reason, timings, Usage(), index_name)
+
+        prompt = self.generator.apply_chat_template(build_messages(question, passages))
+        gen_started = time.perf_counter()
+        output = self.generator.generate([prompt], params)[0]
+        completion = output.outputs[0]
+        timings["generate_s"] = time.perf_counter() - gen_started
+        if (ttft := output.timing.time_to_first_token_s) is not None:
+            timings["time_to_first_token_s"] = ttft
+        timings["total_s"] = time.perf_counter() - started
+        answer = completion.text.strip()
+        usage = Usage(output.num_prompt_tokens, len(completion.token_ids))
+        reason = "the model found no answer in the passages" if citations.is_declined(answer) else None
+        return self._result(request_id, question, answer or NO_ANSWER, passages, reason, timings, usage, index_name)
+
+    def _result(
+        self,
+        request_id: str,
+        question: str,
+        answer: str,
+        passages: list[Passage],
+        abstain_reason: str | None,
+        timings: dict[str, float],
+        usage: Usage,
+        index_name: str,
+    ) -> Result:
+        logger.info(
+            "request %s: index=%s passages=%d abstained=%s total=%.2fs",
+            request_id, index_name, len(passages), abstain_reason is not None, timings["total_s"],
+        )
+        return Result(
+            question=question,
+            answer=answer,
+            citations=citations.attribute(answer, passages) if abstain_reason is None else [],
+            passages=passages,
+            abstained=abstain_reason is not None,
+            abstain_reason=abstain_reason,
+            timings=timings,
+            usage=usage,
+            model=self.generator.model_name,
+            index=index_name,
+            request_id=request_id,
+        )

@@ -1,0 +1,76 @@
+"""Data that flows between the pipeline's stages and out to users (SDK and HTTP alike)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    """A retrieved chunk with its similarity to the question."""
+
+    doc_id: str
+    chunk_id: str
+    text: str
+    score: float
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Citation:
+    """Answer marker ``[number]`` and the passage it points to."""
+
+    number: int
+    doc_id: str
+    chunk_id: str
+    text: str
+    score: float
+    method: str = "explicit"
+    """"explicit" when the model wrote the marker, "overlap" when attributed by word overlap."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts of the generation step."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """A grounded answer, what it rests on, and what it cost."""
+
+    question: str
+    answer: str
+    citations: list[Citation]
+    passages: list[Passage]
+    """Every passage shown to the model, numbered from 1 in this order."""
+    abstained: bool
+    abstain_reason: str | None
+    timings: dict[str, float]
+    usage: Usage
+    model: str
+    index: str
+    request_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Result:
+        """Rebuild a Result from ``to_dict`` output (e.g. a JSON response body)."""
+        return cls(
+            question=data["question"],
+            answer=data["answer"],
+            citations=[Citation(**c) for c in data["citations"]],
+            passages=[Passage(**p) for p in data["passages"]],
+            abstained=data["abstained"],
+            abstain_reason=data.get("abstain_reason"),
+            timings=dict(data["timings"]),
+            usage=Usage(**data["usage"]),
+            model=data["model"],
+            index=data["index"],
+            request_id=data["request_id"],
+        )
