@@ -44,6 +44,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     log_level: str = "info"
+    build_demo_index: bool = Field(True, description="build the packaged demo index on start if missing")
 
     def index_path(self, name: str | None = None) -> Path:
         """Folder of the named index (default: ``index_name``)."""

@@ -1,0 +1,110 @@
+"""``create_app(settings)``: the FastAPI application. It only composes routers and handlers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from engine.errors import EngineError
+from rag.errors import RagGuardError
+from rag.pipeline import Pipeline
+from rag.server.routers import ask, documents, health
+from rag.server.state import ServerState, ensure_demo_index
+from rag.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+def _load(state: ServerState) -> None:
+    pipeline = Pipeline.from_settings(state.settings)
+    if state.settings.build_demo_index and state.settings.index_name == "demo":
+        ensure_demo_index(pipeline)
+    state.pipeline = pipeline
+
+
+async def _load_in_background(state: ServerState) -> None:
+    try:
+        await run_in_threadpool(_load, state)
+        logger.info("ready: model and embedder loaded")
+    except Exception as exc:  # reported by /readyz and every model route
+        logger.exception("loading failed")
+        state.load_error = f"{type(exc).__name__}: {exc}"
+
+
+def _error(status: int, error: str, detail: object) -> JSONResponse:
+    return JSONResponse({"detail": detail, "error": error}, status_code=status)
+
+
+def _add_exception_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RagGuardError)
+    async def ragguard_error(request: Request, exc: RagGuardError) -> JSONResponse:
+        return _error(exc.status_code, exc.error_type, str(exc))
+
+    @app.exception_handler(EngineError)
+    async def engine_error(request: Request, exc: EngineError) -> JSONResponse:
+        status = 422 if isinstance(exc, ValueError) else 500
+        return _error(status, "invalid_input" if status == 422 else "engine_error", str(exc))
+
+    @app.exception_handler(ValueError)
+    async def value_error(request: Request, exc: ValueError) -> JSONResponse:
+        # Raised by parameter validation in the engine (e.g. SamplingParams): the caller's fault.
+        return _error(422, "invalid_input", str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+            for e in exc.errors()
+        ]
+        return _error(422, "invalid_request", errors)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        logger.exception("unhandled error on %s %s", request.method, request.url.path)
+        return _error(500, "internal_error", "internal server error; see the server log")
+
+
+def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = None) -> FastAPI:
+    """Build the API. With ``pipeline`` given (tests, embedding in another app) nothing is loaded."""
+    state = ServerState(settings or (pipeline.settings if pipeline else Settings()), pipeline)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Load in the background so that /healthz and /readyz answer while the model loads.
+        task = None if state.pipeline else asyncio.create_task(_load_in_background(state))
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+            if state.pipeline is not None and pipeline is None:
+                state.pipeline.close()
+
+    app = FastAPI(
+        title="ragguard",
+        version="0.1.0",
+        summary="Grounded question answering with checked answers.",
+        lifespan=lifespan,
+    )
+    app.state.ragguard = state
+    _add_exception_handlers(app)
+
+    @app.middleware("http")
+    async def request_id(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        rid = request.headers.get("x-request-id") or uuid.uuid4().hex
+        response = await call_next(request)
+        response.headers["x-request-id"] = rid
+        return response
+
+    app.include_router(health.router)
+    app.include_router(ask.router)
+    app.include_router(documents.router)
+    return app

@@ -1,0 +1,25 @@
+"""Grounded question answering."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from starlette.concurrency import run_in_threadpool
+
+from rag.server.schemas import AskRequest, AskResponse, ErrorOut
+from rag.server.state import PipelineDep
+
+router = APIRouter(prefix="/v1", tags=["ask"])
+
+
+@router.post(
+    "/ask",
+    response_model=AskResponse,
+    responses={404: {"model": ErrorOut}, 422: {"model": ErrorOut}, 503: {"model": ErrorOut}},
+)
+async def ask(body: AskRequest, pipeline: PipelineDep) -> AskResponse:
+    """Retrieve passages for the question and answer from them, with numbered citations.
+
+    When no passage clears the relevance threshold the answer abstains without calling the model.
+    """
+    result = await run_in_threadpool(pipeline.ask_with, body.question, body.to_options())
+    return AskResponse.from_result(result)

@@ -1,0 +1,174 @@
+"""HTTP request and response bodies (pydantic lives here, at the edge only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rag.collection import IngestReport
+from rag.index import DocumentInfo, IndexInfo
+from rag.pipeline import AskOptions
+from rag.types import Result
+
+
+class AskRequest(BaseModel):
+    """A question for the grounded QA pipeline."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(..., min_length=1, max_length=100_000, examples=["What does a KV cache avoid recomputing?"])
+    index: str | None = Field(None, description="index to search; default: the server's RAGGUARD_INDEX_NAME")
+    top_k: int | None = Field(None, ge=1, le=50, description="passages to retrieve")
+    min_score: float | None = Field(None, ge=-1.0, le=1.0, description="relevance threshold (cosine)")
+    max_tokens: int | None = Field(None, ge=1, le=4096, description="answer length limit")
+    temperature: float | None = Field(None, ge=0.0, le=2.0, description="0 = greedy")
+    seed: int | None = Field(None, ge=0, description="sampling seed, for reproducible answers")
+
+    def to_options(self) -> AskOptions:
+        return AskOptions(
+            index=self.index,
+            top_k=self.top_k,
+            min_score=self.min_score,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            seed=self.seed,
+        )
+
+
+class PassageOut(BaseModel):
+    doc_id: str
+    chunk_id: str
+    text: str
+    score: float
+    metadata: dict[str, Any]
+
+
+class CitationOut(BaseModel):
+    number: int = Field(..., description="the [n] marker; passages are numbered from 1")
+    doc_id: str
+    chunk_id: str
+    text: str
+    score: float
+    method: str = Field(..., description="explicit (written by the model) or overlap (attributed)")
+
+
+class UsageOut(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class AskResponse(BaseModel):
+    """A grounded answer; the same fields as the SDK's ``Result``."""
+
+    question: str
+    answer: str
+    citations: list[CitationOut]
+    passages: list[PassageOut]
+    abstained: bool
+    abstain_reason: str | None
+    timings: dict[str, float]
+    usage: UsageOut
+    model: str
+    index: str
+    request_id: str
+
+    @classmethod
+    def from_result(cls, result: Result) -> AskResponse:
+        return cls.model_validate(result.to_dict())
+
+
+class DocumentIn(BaseModel):
+    """A document given as text."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    doc_id: str = Field(..., min_length=1, max_length=512, description="stable id; re-posting replaces")
+    text: str = Field(..., min_length=1)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class IngestResponse(BaseModel):
+    index: str
+    added: list[str]
+    updated: list[str]
+    skipped: list[str]
+    num_chunks: int
+    elapsed_s: float
+
+    @classmethod
+    def from_report(cls, index: str, report: IngestReport) -> IngestResponse:
+        return cls(
+            index=index,
+            added=report.added,
+            updated=report.updated,
+            skipped=report.skipped,
+            num_chunks=report.num_chunks,
+            elapsed_s=report.elapsed_s,
+        )
+
+
+class DocumentOut(BaseModel):
+    doc_id: str
+    content_hash: str
+    num_chunks: int
+    metadata: dict[str, Any]
+    ingested_at: float
+
+    @classmethod
+    def from_info(cls, info: DocumentInfo) -> DocumentOut:
+        return cls(
+            doc_id=info.doc_id,
+            content_hash=info.content_hash,
+            num_chunks=info.num_chunks,
+            metadata=info.metadata,
+            ingested_at=info.ingested_at,
+        )
+
+
+class DocumentList(BaseModel):
+    index: str
+    total: int
+    offset: int
+    limit: int
+    documents: list[DocumentOut]
+
+
+class IndexOut(BaseModel):
+    name: str
+    format_version: int
+    embedding_model: str
+    dimension: int
+    index_type: str
+    chunk_size: int
+    chunk_overlap: int
+    num_documents: int
+    num_chunks: int
+    generation: int
+    created_at: float
+    updated_at: float
+
+    @classmethod
+    def from_info(cls, info: IndexInfo) -> IndexOut:
+        from dataclasses import asdict
+
+        return cls.model_validate(asdict(info))
+
+
+class ErrorOut(BaseModel):
+    """Every error response: what went wrong, in words, and its kind."""
+
+    detail: str | list[dict[str, Any]]
+    error: str
+
+
+class HealthOut(BaseModel):
+    status: str
+
+
+class ReadyOut(BaseModel):
+    status: str
+    model: str | None = None
+    embedding_model: str | None = None
+    indexes: list[str] = Field(default_factory=list)
+    error: str | None = None

@@ -1,0 +1,67 @@
+"""What the server holds between requests: settings and the pipeline once it has loaded."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from rag.errors import NotReadyError
+from rag.pipeline import Pipeline
+from rag.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+DEMO_INDEX = "demo"
+
+
+def demo_collection_path() -> Path:
+    """The packaged demo documents."""
+    return Path(__file__).resolve().parent.parent / "data" / "demo"
+
+
+def ensure_demo_index(pipeline: Pipeline) -> bool:
+    """Build the demo index from the packaged documents when it does not exist yet."""
+    if DEMO_INDEX in pipeline.collections.names():
+        return False
+    from rag.documents import load_path
+
+    logger.info("building the demo index from %s", demo_collection_path())
+    collection = pipeline.collections.get(DEMO_INDEX, create=True)
+    collection.ingest(load_path(demo_collection_path()))
+    return True
+
+
+@dataclass(slots=True)
+class ServerState:
+    """Owned by the app; the pipeline is None until the lifespan has loaded it."""
+
+    settings: Settings
+    pipeline: Pipeline | None = None
+    load_error: str | None = None
+
+
+def get_state(request: Request) -> ServerState:
+    state: ServerState = request.app.state.ragguard
+    return state
+
+
+def get_pipeline(request: Request) -> Pipeline:
+    state = get_state(request)
+    if state.pipeline is None:
+        if state.load_error:
+            raise NotReadyError(f"the model failed to load: {state.load_error}")
+        raise NotReadyError("the model and index are still loading; retry shortly (see /readyz)")
+    return state.pipeline
+
+
+def get_settings(request: Request) -> Settings:
+    return get_state(request).settings
+
+
+PipelineDep = Annotated[Pipeline, Depends(get_pipeline)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+StateDep = Annotated[ServerState, Depends(get_state)]
