@@ -11,17 +11,17 @@ from engine.sampling_params import PRESETS, SamplingParams
 
 __all__ = [
     "BACKENDS",
-    "Generator",
-    "build_generator",
     "PRESETS",
     "CompletionOutput",
     "EngineConfig",
     "EngineError",
     "FinishReason",
+    "Generator",
     "ModelLoadError",
     "ModelNotFoundError",
     "PromptTooLongError",
     "RequestOutput",
     "RequestTiming",
     "SamplingParams",
+    "build_generator",
 ]

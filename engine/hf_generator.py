@@ -46,7 +46,7 @@ class _StepRecorder:
         self.top_logprobs: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._pending: torch.Tensor | None = None
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         self.step_times.append(time.perf_counter())
         self.collect(input_ids[:, -1])
         logprobs = torch.log_softmax(scores.float(), dim=-1)
@@ -71,7 +71,7 @@ class _PresenceFrequencyPenalty:
         self.presence = presence
         self.frequency = frequency
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         generated = input_ids[:, self.prompt_len :]
         if generated.shape[1] == 0:
             return scores
@@ -107,7 +107,9 @@ class HFGenerator:
 
     def apply_chat_template(self, messages: list[dict[str, str]]) -> str:
         """Render chat messages into the model's prompt format, ready for the assistant turn."""
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        text = self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
         return str(text)
 
     def encode(self, prompt: str) -> list[int]:
@@ -122,7 +124,9 @@ class HFGenerator:
     ) -> list[RequestOutput]:
         """Generate completions for every prompt; outputs are in the order of the prompts."""
         arrival = time.perf_counter()
-        params_list = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+        params_list = (
+            [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+        )
         if len(params_list) != len(prompts):
             raise ValueError(f"got {len(prompts)} prompts but {len(params_list)} sampling params")
         requests = [
@@ -172,7 +176,9 @@ class HFGenerator:
             procs.append(g.RepetitionPenaltyLogitsProcessor(params.repetition_penalty))
         if params.presence_penalty or params.frequency_penalty:
             procs.append(
-                _PresenceFrequencyPenalty(prompt_len, params.presence_penalty, params.frequency_penalty)
+                _PresenceFrequencyPenalty(
+                    prompt_len, params.presence_penalty, params.frequency_penalty
+                )
             )
         if params.no_repeat_ngram_size:
             procs.append(g.NoRepeatNGramLogitsProcessor(params.no_repeat_ngram_size))
@@ -202,7 +208,9 @@ class HFGenerator:
             attention_mask[row, prompt_len - len(ids) :] = 1
         # Greedy decoding cannot return several sequences; the n copies would be identical anyway.
         num_return = 1 if params.is_greedy else params.n
-        stop_ids = self.eos_token_ids + [t for t in params.stop_token_ids if t not in self.eos_token_ids]
+        stop_ids = self.eos_token_ids + [
+            t for t in params.stop_token_ids if t not in self.eos_token_ids
+        ]
         # Neutral warper values so that the model's own generation defaults add nothing: our
         # processors above already apply the request's parameters.
         neutral = {} if params.is_greedy else {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
@@ -219,7 +227,7 @@ class HFGenerator:
         recorder = _StepRecorder(params.logprobs or 0)
         if params.seed is not None:
             torch.manual_seed(params.seed)
-        sequences = self.model.generate(
+        sequences = self.model.generate(  # type: ignore[operator]
             input_ids=input_ids.to(self.device),
             attention_mask=attention_mask.to(self.device),
             generation_config=gen_config,
@@ -274,7 +282,7 @@ class HFGenerator:
                 token_ids = token_ids[:pos]
                 finish_reason, stop_reason = FinishReason.STOP, token
                 break
-        text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
+        text = str(self.tokenizer.decode(token_ids, skip_special_tokens=True))
         if params.stop:
             hits = [(text.find(s), s) for s in params.stop if s in text]
             if hits:

@@ -102,7 +102,7 @@ def _convert_gguf(source: ModelSource, target: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(source.directory, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(source.directory, dtype="float32", **kwargs)
     # transformers refuses to save a GGUF-loaded model while it still looks quantised.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -142,8 +142,10 @@ def load_model_and_tokenizer(
             directory, dtype=dtype, local_files_only=local_only
         )
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"could not load model {source.name!r} from {directory}: {exc}") from exc
-    model.to(device)
+        raise ModelLoadError(
+            f"could not load model {source.name!r} from {directory}: {exc}"
+        ) from exc
+    model.to(device)  # type: ignore[arg-type]
     model.eval()
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

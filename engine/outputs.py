@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 
 
-class FinishReason(str, enum.Enum):
+class FinishReason(enum.StrEnum):
     """Why a completion ended."""
 
     STOP = "stop"  # end-of-sequence token, stop token id or stop string

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 
-def _check_range(name: str, value: float, low: float, high: float, *, low_open: bool = False) -> None:
+def _check_range(
+    name: str, value: float, low: float, high: float, *, low_open: bool = False
+) -> None:
     ok = (value > low if low_open else value >= low) and value <= high
     if not ok or math.isnan(value):
         bracket = "(" if low_open else "["
@@ -45,7 +47,7 @@ class SamplingParams:
     no_repeat_ngram_size: int = 0
     """Forbid repeating any n-gram of this size; 0 disables."""
     logprobs: int | None = None
-    """Also return this many top alternatives per token (the chosen token's logprob is always kept)."""
+    """Also return this many top alternatives per token (the chosen token's is always kept)."""
     truncate_prompt_tokens: int | None = None
     """If set, keep only the last this-many prompt tokens instead of failing on long prompts."""
 
@@ -71,7 +73,9 @@ class SamplingParams:
         if any(not s for s in self.stop):
             raise ValueError("stop strings must be non-empty")
         if self.truncate_prompt_tokens is not None and self.truncate_prompt_tokens < 1:
-            raise ValueError(f"truncate_prompt_tokens must be >= 1, got {self.truncate_prompt_tokens}")
+            raise ValueError(
+                f"truncate_prompt_tokens must be >= 1, got {self.truncate_prompt_tokens}"
+            )
 
     @property
     def is_greedy(self) -> bool:

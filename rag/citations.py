@@ -16,13 +16,18 @@ _MARKER = re.compile(r"\[(\d{1,3})\]")
 _WORD = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _STOPWORDS = frozenset(
-    "a an the of to in on for and or but is are was were be been being it its this that these "
-    "those as at by with from into than then so such can could would should will may might do does "
-    "did not no yes if what which who whom whose when where why how i you he she they we them their "
-    "there here also only just about over under more most less very".split()
+    (
+        "a an the of to in on for and or but is are was were be been being it its this "
+        "that these those as at by with from into than then so such can could would "
+        "should will may might do does did not no yes if what which who whom whose when "
+        "where why how i you he she they we them their there here also only just about "
+        "over under more most less very "
+    ).split()
 )
 MIN_OVERLAP = 0.5
-_DECLINE = re.compile(r"\b(i (do not|don't|dont) know|cannot answer|can't answer|not (mentioned|provided) in)\b", re.I)
+_DECLINE = re.compile(
+    r"\b(i (do not|don't|dont) know|cannot answer|can't answer|not (mentioned|provided) in)\b", re.I
+)
 
 
 def content_words(text: str) -> set[str]:

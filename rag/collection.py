@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import re
-import shutil
 import threading
 import time
 from collections.abc import Iterable
@@ -14,7 +13,7 @@ from pathlib import Path
 from rag.documents import Chunk, Chunker, Document
 from rag.embed import Embedder
 from rag.errors import DocumentNotFoundError, IndexNotFoundError, InvalidInputError
-from rag.index import DocumentInfo, IndexInfo, ScoredChunk, VectorIndex
+from rag.index import DocumentInfo, IndexInfo, ScoredChunk, VectorIndex, delete_index
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +88,9 @@ class Collection:
         report.num_chunks = total
         from tqdm.auto import tqdm
 
-        with tqdm(total=total, unit="chunk", desc=f"embedding into {self.name}", disable=not show_progress) as bar:
+        with tqdm(
+            total=total, unit="chunk", desc=f"embedding into {self.name}", disable=not show_progress
+        ) as bar:
             group: list[tuple[Document, list[Chunk]]] = []
             for item in pending:
                 group.append(item)
@@ -110,7 +111,11 @@ class Collection:
             bar.update(len(batch))  # type: ignore[attr-defined]
         import numpy as np
 
-        matrix = np.concatenate(vectors) if vectors else np.zeros((0, self.embedder.dimension), np.float32)
+        matrix = (
+            np.concatenate(vectors)
+            if vectors
+            else np.zeros((0, self.embedder.dimension), np.float32)
+        )
         upserts, offset = [], 0
         for doc, chunks in group:
             upserts.append((doc, chunks, matrix[offset : offset + len(chunks)]))
@@ -189,13 +194,10 @@ class CollectionRegistry:
         """Delete an index and its folder."""
         check_index_name(name)
         with self._lock:
-            path = self.index_dir / name
-            if not VectorIndex.exists(path):
-                raise IndexNotFoundError(f"index {name!r} does not exist")
             collection = self._open.pop(name, None)
             if collection is not None:
                 collection.index.close()
-            shutil.rmtree(path)
+            delete_index(self.index_dir / name)
 
     def close(self) -> None:
         with self._lock:

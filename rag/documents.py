@@ -1,4 +1,4 @@
-"""Documents in, chunks out: file loaders (txt, md, html, pdf, jsonl) and the token-aware splitter."""
+"""Documents in, chunks out: loaders (txt, md, html, pdf, jsonl) and a token-aware splitter."""
 
 from __future__ import annotations
 
@@ -48,8 +48,8 @@ class Chunk:
 class _HTMLText(HTMLParser):
     """Visible text of an HTML page (scripts, styles and head metadata dropped)."""
 
-    _SKIP = {"script", "style", "head", "noscript", "template"}
-    _BLOCK = {"p", "div", "br", "li", "h1", "h2", "h3", "h4", "h5", "h6", "tr", "section", "article"}
+    _SKIP = frozenset({"script", "style", "head", "noscript", "template"})
+    _BLOCK = frozenset("p div br li h1 h2 h3 h4 h5 h6 tr section article".split())
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -111,7 +111,7 @@ def _parse_pdf(data: bytes, name: str) -> tuple[str, dict[str, Any]]:
 
 
 def _parse_jsonl(data: bytes, name: str) -> Iterator[Document]:
-    """One document per line: ``text`` required; ``id``/``doc_id``, ``title``, ``metadata`` optional."""
+    """One document per line: ``text``; optional ``id``/``doc_id``, ``title``, ``metadata``."""
     for line_no, line in enumerate(_decode(data, name).splitlines(), start=1):
         if not line.strip():
             continue
@@ -120,7 +120,9 @@ def _parse_jsonl(data: bytes, name: str) -> Iterator[Document]:
         except json.JSONDecodeError as exc:
             raise DocumentParseError(f"{name} line {line_no}: invalid JSON ({exc.msg})") from exc
         if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-            raise DocumentParseError(f"{name} line {line_no}: expected an object with a 'text' string")
+            raise DocumentParseError(
+                f"{name} line {line_no}: expected an object with a 'text' string"
+            )
         doc_id = str(record.get("doc_id") or record.get("id") or f"{name}:{line_no}")
         metadata = dict(record.get("metadata") or {})
         if record.get("title"):

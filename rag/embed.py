@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -50,18 +50,22 @@ class Embedder:
         self.model: SentenceTransformer = SentenceTransformer(
             str(path), device=device, local_files_only=not allow_hub
         )
-        get_dim = getattr(self.model, "get_embedding_dimension", None) or getattr(
-            self.model, "get_sentence_embedding_dimension"
+        # sentence-transformers 6 renamed get_sentence_embedding_dimension.
+        st: Any = self.model
+        get_dim = (
+            getattr(st, "get_embedding_dimension", None) or st.get_sentence_embedding_dimension
         )
         self.dimension = int(get_dim())
-        self.max_seq_length = int(self.model.max_seq_length)
+        self.max_seq_length = int(st.max_seq_length)
 
     def tokenize(self, text: str) -> list[int]:
         """The embedding model's own token ids (no special tokens): the unit chunk sizes use."""
         ids: list[int] = self.model.tokenizer.encode(text, add_special_tokens=False, verbose=False)
         return ids
 
-    def embed(self, texts: list[str], *, batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
+    def embed(
+        self, texts: list[str], *, batch_size: int = 64, show_progress: bool = False
+    ) -> np.ndarray:
         """Vectors of shape (len(texts), dimension)."""
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)

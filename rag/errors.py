@@ -27,9 +27,13 @@ class NotFoundError(RagGuardError, LookupError):
 class IndexNotFoundError(NotFoundError):
     """No index with that name has been built."""
 
+    error_type = "index_not_found"
+
 
 class DocumentNotFoundError(NotFoundError):
     """No document with that id is in the index."""
+
+    error_type = "document_not_found"
 
 
 class UnsupportedFileTypeError(RagGuardError):

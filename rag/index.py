@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sqlite3
 import tempfile
 import threading
@@ -118,6 +119,15 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+def delete_index(path: Path) -> None:
+    """Remove an index folder. The database goes first, so a crash half-way leaves no index."""
+    if not VectorIndex.exists(path):
+        raise IndexNotFoundError(f"no index at {path}")
+    for name in (_DB_FILE, _DB_FILE + "-wal", _DB_FILE + "-shm"):
+        (path / name).unlink(missing_ok=True)
+    shutil.rmtree(path)
+
+
 class VectorIndex:
     """One named index on disk. Thread-safe: writes and searches are serialised by a lock."""
 
@@ -135,7 +145,9 @@ class VectorIndex:
         return (path / _DB_FILE).is_file()
 
     @classmethod
-    def open(cls, path: Path, *, embedding_model: str | None = None, dimension: int | None = None) -> VectorIndex:
+    def open(
+        cls, path: Path, *, embedding_model: str | None = None, dimension: int | None = None
+    ) -> VectorIndex:
         """Open a built index; with ``embedding_model`` set, refuse one built with another."""
         if not cls.exists(path):
             raise IndexNotFoundError(
@@ -333,7 +345,9 @@ class VectorIndex:
                 self._write_manifest()
             except BaseException:
                 # The database is committed; bring the in-memory index back in line with it.
-                logger.exception("index %s: FAISS update failed; rebuilding from the database", self.name)
+                logger.exception(
+                    "index %s: FAISS update failed; rebuilding from the database", self.name
+                )
                 self._faiss = self._build_faiss_from_db()
                 raise
 
@@ -355,7 +369,9 @@ class VectorIndex:
         self._conn.execute("COMMIT")
 
     def _delete_rows(self, doc_id: str) -> list[int]:
-        ids = [r[0] for r in self._conn.execute("SELECT id FROM chunks WHERE doc_id = ?", (doc_id,))]
+        ids = [
+            r[0] for r in self._conn.execute("SELECT id FROM chunks WHERE doc_id = ?", (doc_id,))
+        ]
         self._conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc_id,))
         self._conn.execute("DELETE FROM documents WHERE doc_id = ?", (doc_id,))
         return ids
@@ -376,8 +392,15 @@ class VectorIndex:
         added = []
         for chunk, vector in zip(chunks, vectors, strict=True):
             cursor = self._conn.execute(
-                "INSERT INTO chunks (chunk_id, doc_id, ordinal, text, embedding) VALUES (?, ?, ?, ?, ?)",
-                (chunk.chunk_id, chunk.doc_id, chunk.ordinal, chunk.text, vector.astype(np.float32).tobytes()),
+                "INSERT INTO chunks (chunk_id, doc_id, ordinal, text, embedding) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (
+                    chunk.chunk_id,
+                    chunk.doc_id,
+                    chunk.ordinal,
+                    chunk.text,
+                    vector.astype(np.float32).tobytes(),
+                ),
             )
             assert cursor.lastrowid is not None
             added.append((cursor.lastrowid, vector))
@@ -390,6 +413,7 @@ class VectorIndex:
     def _new_faiss(self) -> Any:
         import faiss
 
+        inner: Any
         if self._meta["index_type"] == "hnsw":
             inner = faiss.IndexHNSWFlat(self.dimension, 32, faiss.METRIC_INNER_PRODUCT)
             inner.hnsw.efSearch = 128
@@ -414,7 +438,9 @@ class VectorIndex:
         if file.is_file():
             self._faiss = faiss.read_index(str(file))
             return
-        logger.info("index %s: rebuilding FAISS generation %d from the database", self.name, self.generation)
+        logger.info(
+            "index %s: rebuilding FAISS generation %d from the database", self.name, self.generation
+        )
         self._faiss = self._build_faiss_from_db()
         self._persist_faiss()
 

@@ -73,7 +73,7 @@ class Pipeline:
         self.collections.close()
 
     def ask(self, question: str, **options: object) -> Result:
-        """Answer ``question`` from the index, citing passages; options are ``AskOptions`` fields."""
+        """Answer ``question`` from the index, with citations; options: ``AskOptions`` fields."""
         try:
             opts = AskOptions(**options)  # type: ignore[arg-type]
         except TypeError as exc:
@@ -87,7 +87,8 @@ class Pipeline:
             raise InvalidInputError("the question is empty")
         if len(question) > s.max_question_chars:
             raise InvalidInputError(
-                f"the question has {len(question)} characters; at most {s.max_question_chars} are allowed"
+                f"the question has {len(question)} characters; "
+                f"at most {s.max_question_chars} are allowed"
             )
         index_name = options.index or s.index_name
         top_k = options.top_k or s.top_k
@@ -105,13 +106,16 @@ class Pipeline:
         timings = {"retrieve_s": time.perf_counter() - started}
         if not passages:
             best = max((p.score for p in retrieved), default=None)
-            reason = (
+            reason: str | None = (
                 "no passage is relevant enough to answer "
-                f"(best score {best:.3f} < min_score {min_score})" if best is not None
+                f"(best score {best:.3f} < min_score {min_score})"
+                if best is not None
                 else "the index holds no passages"
             )
             timings["total_s"] = time.perf_counter() - started
-            return self._result(request_id, question, NO_ANSWER, [], reason, timings, Usage(), index_name)
+            return self._result(
+                request_id, question, NO_ANSWER, [], reason, timings, Usage(), index_name
+            )
 
         prompt = self.generator.apply_chat_template(build_messages(question, passages))
         gen_started = time.perf_counter()
@@ -123,8 +127,12 @@ class Pipeline:
         timings["total_s"] = time.perf_counter() - started
         answer = completion.text.strip()
         usage = Usage(output.num_prompt_tokens, len(completion.token_ids))
-        reason = "the model found no answer in the passages" if citations.is_declined(answer) else None
-        return self._result(request_id, question, answer or NO_ANSWER, passages, reason, timings, usage, index_name)
+        reason = (
+            "the model found no answer in the passages" if citations.is_declined(answer) else None
+        )
+        return self._result(
+            request_id, question, answer or NO_ANSWER, passages, reason, timings, usage, index_name
+        )
 
     def _result(
         self,
@@ -139,7 +147,11 @@ class Pipeline:
     ) -> Result:
         logger.info(
             "request %s: index=%s passages=%d abstained=%s total=%.2fs",
-            request_id, index_name, len(passages), abstain_reason is not None, timings["total_s"],
+            request_id,
+            index_name,
+            len(passages),
+            abstain_reason is not None,
+            timings["total_s"],
         )
         return Result(
             question=question,

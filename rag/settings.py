@@ -10,18 +10,24 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
-    """ragguard settings. Build one in ``create_app`` or ``Pipeline.from_settings``, never at import."""
+    """ragguard settings: built in ``create_app`` or ``Pipeline.from_settings``, never at import."""
 
     model_config = SettingsConfigDict(env_prefix="RAGGUARD_", env_file=".env", extra="ignore")
 
     # Models
-    model: str | None = Field(None, description="GGUF file or HF model dir; empty = SmolLM2-135M-Instruct")
-    embedding_model: str | None = Field(None, description="sentence-transformers dir; empty = all-MiniLM-L6-v2")
+    model: str | None = Field(
+        None, description="GGUF file or HF model dir; empty = SmolLM2-135M-Instruct"
+    )
+    embedding_model: str | None = Field(
+        None, description="sentence-transformers dir; empty = all-MiniLM-L6-v2"
+    )
     generator: Literal["hf"] = Field("hf", description="generation backend")
     device: str = Field("auto", description="auto, cpu, cuda, cuda:N")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     allow_hub: bool = Field(False, description="allow downloading models from the Hugging Face hub")
-    model_cache_dir: Path | None = Field(None, description="converted-weights cache; default ~/.cache/ragguard/models")
+    model_cache_dir: Path | None = Field(
+        None, description="converted-weights cache; default ~/.cache/ragguard/models"
+    )
     max_batch_size: int = Field(8, ge=1, le=256, description="sequences generated together")
 
     # Index and ingestion
@@ -44,7 +50,9 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     log_level: str = "info"
-    build_demo_index: bool = Field(True, description="build the packaged demo index on start if missing")
+    build_demo_index: bool = Field(
+        True, description="build the packaged demo index on start if missing"
+    )
 
     def index_path(self, name: str | None = None) -> Path:
         """Folder of the named index (default: ``index_name``)."""

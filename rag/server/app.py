@@ -73,7 +73,7 @@ def _add_exception_handlers(app: FastAPI) -> None:
 
 
 def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = None) -> FastAPI:
-    """Build the API. With ``pipeline`` given (tests, embedding in another app) nothing is loaded."""
+    """Build the API. Given a ``pipeline`` (tests, embedding in an app), nothing is loaded."""
     state = ServerState(settings or (pipeline.settings if pipeline else Settings()), pipeline)
 
     @asynccontextmanager
@@ -98,7 +98,9 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
     _add_exception_handlers(app)
 
     @app.middleware("http")
-    async def request_id(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+    async def request_id(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
         rid = request.headers.get("x-request-id") or uuid.uuid4().hex
         response = await call_next(request)
         response.headers["x-request-id"] = rid

@@ -17,10 +17,16 @@ class AskRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    question: str = Field(..., min_length=1, max_length=100_000, examples=["What does a KV cache avoid recomputing?"])
-    index: str | None = Field(None, description="index to search; default: the server's RAGGUARD_INDEX_NAME")
+    question: str = Field(
+        ..., min_length=1, max_length=100_000, examples=["What does a KV cache avoid recomputing?"]
+    )
+    index: str | None = Field(
+        None, description="index to search; default: the server's RAGGUARD_INDEX_NAME"
+    )
     top_k: int | None = Field(None, ge=1, le=50, description="passages to retrieve")
-    min_score: float | None = Field(None, ge=-1.0, le=1.0, description="relevance threshold (cosine)")
+    min_score: float | None = Field(
+        None, ge=-1.0, le=1.0, description="relevance threshold (cosine)"
+    )
     max_tokens: int | None = Field(None, ge=1, le=4096, description="answer length limit")
     temperature: float | None = Field(None, ge=0.0, le=2.0, description="0 = greedy")
     seed: int | None = Field(None, ge=0, description="sampling seed, for reproducible answers")
@@ -83,7 +89,9 @@ class DocumentIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    doc_id: str = Field(..., min_length=1, max_length=512, description="stable id; re-posting replaces")
+    doc_id: str = Field(
+        ..., min_length=1, max_length=512, description="stable id; re-posting replaces"
+    )
     text: str = Field(..., min_length=1)
     metadata: dict[str, Any] = Field(default_factory=dict)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import ValidationError
@@ -10,14 +10,28 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
 from rag.documents import SUPPORTED_SUFFIXES, Document, parse_bytes
-from rag.errors import InvalidInputError, PayloadTooLargeError, RagGuardError, UnsupportedFileTypeError
-from rag.server.schemas import DocumentIn, DocumentList, DocumentOut, ErrorOut, IndexOut, IngestResponse
+from rag.errors import (
+    InvalidInputError,
+    PayloadTooLargeError,
+    RagGuardError,
+    UnsupportedFileTypeError,
+)
+from rag.server.schemas import (
+    DocumentIn,
+    DocumentList,
+    DocumentOut,
+    ErrorOut,
+    IndexOut,
+    IngestResponse,
+)
 from rag.server.state import PipelineDep, SettingsDep
 
 router = APIRouter(prefix="/v1", tags=["documents"])
 
 IndexQuery = Annotated[str | None, Query(description="index name; default: the server's index")]
-_ERRORS = {code: {"model": ErrorOut} for code in (404, 409, 411, 413, 415, 422, 503)}
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut} for code in (404, 409, 411, 413, 415, 422, 503)
+}
 
 _UPLOAD_BODY = {
     "requestBody": {
@@ -29,7 +43,11 @@ _UPLOAD_BODY = {
                     "type": "object",
                     "required": ["file"],
                     "properties": {
-                        "file": {"type": "string", "format": "binary", "description": ", ".join(SUPPORTED_SUFFIXES)},
+                        "file": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": ", ".join(SUPPORTED_SUFFIXES),
+                        },
                         "doc_id": {"type": "string", "description": "default: the file name"},
                     },
                 }
@@ -66,8 +84,12 @@ async def _read_documents(request: Request, max_bytes: int) -> list[Document]:
             raise InvalidInputError("the multipart form needs a 'file' field holding the document")
         data = await upload.read()
         if len(data) > max_bytes:
-            raise PayloadTooLargeError(f"the file has {len(data)} bytes; at most {max_bytes} are accepted")
-        return parse_bytes(data, upload.filename, doc_id if isinstance(doc_id, str) and doc_id else None)
+            raise PayloadTooLargeError(
+                f"the file has {len(data)} bytes; at most {max_bytes} are accepted"
+            )
+        return parse_bytes(
+            data, upload.filename, doc_id if isinstance(doc_id, str) and doc_id else None
+        )
     raise UnsupportedFileTypeError(
         f"unsupported content type {content_type or 'none'!r}: send application/json "
         "({doc_id, text, metadata}) or multipart/form-data with a 'file' field"
@@ -80,7 +102,13 @@ def _validation_message(exc: ValidationError) -> str:
     )
 
 
-@router.post("/documents", response_model=IngestResponse, status_code=201, responses=_ERRORS, openapi_extra=_UPLOAD_BODY)
+@router.post(
+    "/documents",
+    response_model=IngestResponse,
+    status_code=201,
+    responses=_ERRORS,
+    openapi_extra=_UPLOAD_BODY,
+)
 async def add_document(
     request: Request, pipeline: PipelineDep, settings: SettingsDep, index: IndexQuery = None
 ) -> IngestResponse:
@@ -106,7 +134,11 @@ async def list_documents(
     total = collection.info().num_documents
     docs = await run_in_threadpool(collection.documents, offset=offset, limit=limit)
     return DocumentList(
-        index=name, total=total, offset=offset, limit=limit, documents=[DocumentOut.from_info(d) for d in docs]
+        index=name,
+        total=total,
+        offset=offset,
+        limit=limit,
+        documents=[DocumentOut.from_info(d) for d in docs],
     )
 
 

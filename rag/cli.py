@@ -1,0 +1,238 @@
+"""``ragguard``: ingest documents, ask questions, serve the API, inspect indexes.
+
+Heavy libraries are imported inside the commands, so ``ragguard --help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rag.settings import Settings
+
+
+def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
+    from rag.settings import Settings
+
+    overrides = {
+        "index_dir": getattr(args, "index_dir", None),
+        "index_name": getattr(args, "index", None),
+        "model": getattr(args, "model", None),
+        **extra,
+    }
+    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from rag.collection import CollectionRegistry
+    from rag.documents import load_path
+    from rag.embed import Embedder
+
+    settings = _settings(
+        args,
+        index_type=args.index_type,
+        chunk_size=args.chunk_size,
+        chunk_overlap=args.chunk_overlap,
+    )
+    embedder = Embedder(settings.embedding_model, allow_hub=settings.allow_hub)
+    registry = CollectionRegistry(
+        settings.index_dir,
+        embedder,
+        index_type=settings.index_type,
+        chunk_size=settings.chunk_size,
+        chunk_overlap=settings.chunk_overlap,
+        embed_batch_size=settings.embed_batch_size,
+    )
+    collection = registry.get(settings.index_name, create=True)
+    documents = [doc for path in args.paths for doc in load_path(Path(path))]
+    report = collection.ingest(documents, show_progress=not args.quiet)
+    info = collection.info()
+    print(
+        f"index {info.name}: {len(report.added)} added, {len(report.updated)} updated, "
+        f"{len(report.skipped)} unchanged; {report.num_chunks} chunks embedded in "
+        f"{report.elapsed_s:.1f}s; now {info.num_documents} documents, {info.num_chunks} chunks"
+    )
+    registry.close()
+    return 0
+
+
+def _print_result(result: Any, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return
+    print(result.answer)
+    if result.abstained:
+        print(f"\n(abstained: {result.abstain_reason})")
+    if result.citations:
+        print("\nSources:")
+        for c in result.citations:
+            snippet = " ".join(c.text.split())[:100]
+            print(f"  [{c.number}] {c.doc_id} (score {c.score:.2f}, {c.method}): {snippet}...")
+    timings = ", ".join(f"{k.removesuffix('_s')} {v:.2f}s" for k, v in result.timings.items())
+    print(
+        f"\n{timings}; {result.usage.prompt_tokens} prompt + "
+        f"{result.usage.completion_tokens} answer tokens"
+    )
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    options = {
+        "index": args.index,
+        "top_k": args.top_k,
+        "max_tokens": args.max_tokens,
+        "temperature": args.temperature,
+        "min_score": args.min_score,
+    }
+    if args.server:
+        from rag.client import Client
+
+        with Client(args.server) as client:
+            result = client.ask(args.question, **options)
+    else:
+        from rag.collection import check_index_name
+        from rag.errors import IndexNotFoundError
+        from rag.index import VectorIndex
+        from rag.pipeline import AskOptions, Pipeline
+
+        settings = _settings(args)
+        path = settings.index_dir / check_index_name(settings.index_name)
+        if not VectorIndex.exists(path):  # say so before spending seconds loading the model
+            raise IndexNotFoundError(
+                f"index {settings.index_name!r} does not exist under {settings.index_dir}: "
+                f"build it with `ragguard ingest PATH --index {settings.index_name}`"
+            )
+        pipeline = Pipeline.from_settings(settings)
+        result = pipeline.ask_with(args.question, AskOptions(**options))
+    _print_result(result, args.json)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import logging
+
+    import uvicorn
+
+    from rag.server import create_app
+
+    settings = _settings(args, host=args.host, port=args.port)
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    print(
+        f"ragguard: serving index {settings.index_name!r} "
+        f"on http://{settings.host}:{settings.port} "
+        f"(docs at /docs; the model loads in the background, see /readyz)",
+        file=sys.stderr,
+    )
+    uvicorn.run(
+        create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level
+    )
+    return 0
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from rag.collection import check_index_name
+    from rag.errors import IndexNotFoundError
+    from rag.index import VectorIndex, delete_index
+
+    settings = _settings(args)
+    if args.action == "list":
+        root = settings.index_dir
+        names = (
+            sorted(p.name for p in root.iterdir() if VectorIndex.exists(p)) if root.is_dir() else []
+        )
+        print("\n".join(names) if names else f"no indexes under {root}")
+        return 0
+    name = check_index_name(args.name or settings.index_name)
+    path = settings.index_dir / name
+    if args.action == "info":
+        index = VectorIndex.open(path)
+        print(json.dumps(asdict(index.info()), indent=2))
+        index.close()
+        return 0
+    if not VectorIndex.exists(path):
+        raise IndexNotFoundError(f"index {name!r} does not exist under {settings.index_dir}")
+    if not args.yes:
+        answer = input(f"Delete index {name!r} at {path}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("kept")
+            return 1
+    delete_index(path)
+    print(f"deleted index {name}")
+    return 0
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--index", help="index name (default: RAGGUARD_INDEX_NAME or 'demo')")
+    parser.add_argument("--index-dir", type=Path, help="folder of indexes (default: ./indexes)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ragguard", description="Grounded question answering with checked answers."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser(
+        "ingest", help="add files or folders (.txt .md .html .pdf .jsonl) to an index"
+    )
+    p.add_argument("paths", nargs="+", help="files or folders")
+    _common(p)
+    p.add_argument("--index-type", choices=["flat", "hnsw"], help="for a new index (default flat)")
+    p.add_argument("--chunk-size", type=int, help="tokens per chunk, for a new index")
+    p.add_argument("--chunk-overlap", type=int, help="tokens shared by neighbouring chunks")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("ask", help="answer a question from an index")
+    p.add_argument("question")
+    _common(p)
+    p.add_argument("--model", help="GGUF file or model folder (default SmolLM2-135M-Instruct)")
+    p.add_argument("--top-k", type=int)
+    p.add_argument("--min-score", type=float)
+    p.add_argument("--max-tokens", type=int)
+    p.add_argument("--temperature", type=float)
+    p.add_argument("--server", help="ask a running server (e.g. http://127.0.0.1:8000) instead")
+    p.add_argument("--json", action="store_true", help="print the full result as JSON")
+    p.set_defaults(func=cmd_ask)
+
+    p = sub.add_parser("serve", help="serve the REST API")
+    _common(p)
+    p.add_argument("--model", help="GGUF file or model folder")
+    p.add_argument("--host", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default 8000)")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("index", help="inspect or delete indexes")
+    p.add_argument("action", choices=["info", "list", "delete"])
+    p.add_argument("name", nargs="?", help="index name (default: RAGGUARD_INDEX_NAME or 'demo')")
+    p.add_argument("--index-dir", type=Path, help="folder of indexes (default: ./indexes)")
+    p.add_argument("--yes", action="store_true", help="delete without asking")
+    p.set_defaults(func=cmd_index)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    from engine.errors import EngineError
+    from rag.errors import RagGuardError
+
+    try:
+        return func(args)
+    except (RagGuardError, EngineError) as exc:
+        print(f"ragguard: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""SDK client for a ragguard server: the same ``Result`` type as the in-process ``Pipeline``.
+
+``Client`` is synchronous, ``AsyncClient`` awaits; both build the same requests and read the same
+responses through the helpers below, so they cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from rag.errors import (
+    DocumentNotFoundError,
+    DocumentParseError,
+    IndexMismatchError,
+    IndexNotFoundError,
+    InvalidInputError,
+    NotFoundError,
+    NotReadyError,
+    PayloadTooLargeError,
+    RagGuardError,
+    UnsupportedFileTypeError,
+)
+from rag.types import Result
+
+DEFAULT_TIMEOUT_S = 120.0
+_BY_STATUS: dict[int, type[RagGuardError]] = {
+    404: NotFoundError,
+    409: IndexMismatchError,
+    413: PayloadTooLargeError,
+    415: UnsupportedFileTypeError,
+    422: InvalidInputError,
+    503: NotReadyError,
+}
+_BY_KIND: dict[str, type[RagGuardError]] = {
+    cls.error_type: cls for cls in (IndexNotFoundError, DocumentNotFoundError, DocumentParseError)
+}
+
+
+class ServerError(RagGuardError):
+    """The server answered with an error this client has no specific type for."""
+
+
+def _raise_for_status(response: httpx.Response) -> None:
+    if response.is_success:
+        return
+    try:
+        body = response.json()
+        detail, kind = body.get("detail", response.text), body.get("error", "")
+    except ValueError:
+        detail, kind = response.text, ""
+    if not isinstance(detail, str):
+        detail = "; ".join(
+            f"{'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}" for d in detail
+        )
+    error_type = _BY_KIND.get(kind) or _BY_STATUS.get(response.status_code, ServerError)
+    error = error_type(f"HTTP {response.status_code}: {detail}")
+    error.status_code = response.status_code
+    error.error_type = kind or error.error_type
+    raise error
+
+
+def _ask_body(question: str, options: dict[str, Any]) -> dict[str, Any]:
+    return {"question": question, **{k: v for k, v in options.items() if v is not None}}
+
+
+def _index_params(index: str | None) -> dict[str, str]:
+    return {"index": index} if index else {}
+
+
+def _file_parts(path: Path, doc_id: str | None) -> tuple[dict[str, Any], dict[str, str]]:
+    files = {"file": (path.name, path.read_bytes())}
+    return files, ({"doc_id": doc_id} if doc_id else {})
+
+
+class Client:
+    """Synchronous client: ``Client("http://127.0.0.1:8000").ask("...") -> Result``."""
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        api_key: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(
+            base_url=base_url, timeout=timeout_s, headers=headers, transport=transport
+        )
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, method: str, url: str, **kwargs: Any) -> Any:
+        response = self._http.request(method, url, **kwargs)
+        _raise_for_status(response)
+        return response.json() if response.content else None
+
+    def ask(self, question: str, **options: Any) -> Result:
+        """Ask a question; options: index, top_k, min_score, max_tokens, temperature, seed."""
+        return Result.from_dict(self._call("POST", "/v1/ask", json=_ask_body(question, options)))
+
+    def add_text(
+        self,
+        doc_id: str,
+        text: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        index: str | None = None,
+    ) -> dict[str, Any]:
+        """Add or replace a document given as text."""
+        body = {"doc_id": doc_id, "text": text, "metadata": metadata or {}}
+        result: dict[str, Any] = self._call(
+            "POST", "/v1/documents", json=body, params=_index_params(index)
+        )
+        return result
+
+    def add_file(
+        self, path: str | Path, *, doc_id: str | None = None, index: str | None = None
+    ) -> dict[str, Any]:
+        """Upload a .txt, .md, .html, .pdf or .jsonl file."""
+        files, data = _file_parts(Path(path), doc_id)
+        result: dict[str, Any] = self._call(
+            "POST", "/v1/documents", files=files, data=data, params=_index_params(index)
+        )
+        return result
+
+    def list_documents(
+        self, *, index: str | None = None, offset: int = 0, limit: int = 100
+    ) -> dict[str, Any]:
+        params = {**_index_params(index), "offset": offset, "limit": limit}
+        result: dict[str, Any] = self._call("GET", "/v1/documents", params=params)
+        return result
+
+    def delete_document(self, doc_id: str, *, index: str | None = None) -> None:
+        self._call("DELETE", f"/v1/documents/{doc_id}", params=_index_params(index))
+
+    def ready(self) -> bool:
+        """True once the server has loaded its model."""
+        return self._http.get("/readyz").status_code == 200
+
+
+class AsyncClient:
+    """Asynchronous client with the same methods as ``Client``, awaited."""
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        api_key: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.AsyncClient(
+            base_url=base_url, timeout=timeout_s, headers=headers, transport=transport
+        )
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _call(self, method: str, url: str, **kwargs: Any) -> Any:
+        response = await self._http.request(method, url, **kwargs)
+        _raise_for_status(response)
+        return response.json() if response.content else None
+
+    async def ask(self, question: str, **options: Any) -> Result:
+        return Result.from_dict(
+            await self._call("POST", "/v1/ask", json=_ask_body(question, options))
+        )
+
+    async def add_text(
+        self,
+        doc_id: str,
+        text: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        index: str | None = None,
+    ) -> dict[str, Any]:
+        body = {"doc_id": doc_id, "text": text, "metadata": metadata or {}}
+        result: dict[str, Any] = await self._call(
+            "POST", "/v1/documents", json=body, params=_index_params(index)
+        )
+        return result
+
+    async def add_file(
+        self, path: str | Path, *, doc_id: str | None = None, index: str | None = None
+    ) -> dict[str, Any]:
+        files, data = _file_parts(Path(path), doc_id)
+        result: dict[str, Any] = await self._call(
+            "POST", "/v1/documents", files=files, data=data, params=_index_params(index)
+        )
+        return result
+
+    async def list_documents(
+        self, *, index: str | None = None, offset: int = 0, limit: int = 100
+    ) -> dict[str, Any]:
+        params = {**_index_params(index), "offset": offset, "limit": limit}
+        result: dict[str, Any] = await self._call("GET", "/v1/documents", params=params)
+        return result
+
+    async def delete_document(self, doc_id: str, *, index: str | None = None) -> None:
+        await self._call("DELETE", f"/v1/documents/{doc_id}", params=_index_params(index))
+
+    async def ready(self) -> bool:
+        return (await self._http.get("/readyz")).status_code == 200
