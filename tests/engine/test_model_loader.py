@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine import EngineConfig, ModelNotFoundError, SamplingParams
+from engine.model_loader import converted_gguf_dir, default_model_path, resolve_model
+
+
+def test_default_resolves_to_the_embedded_gguf() -> None:
+    source = resolve_model(None)
+    assert source.gguf_file == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert (Path(source.directory) / source.gguf_file).is_file()
+
+
+def test_explicit_gguf_path_resolves() -> None:
+    path = default_model_path()
+    source = resolve_model(str(path))
+    assert source.gguf_file == path.name and source.directory == str(path.parent)
+
+
+def test_missing_model_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ModelNotFoundError, match="hub"):
+        resolve_model("someone/some-model")
+    with pytest.raises(ModelNotFoundError, match=r"not a \.gguf"):
+        (tmp_path / "weights.bin").write_bytes(b"x")
+        resolve_model(str(tmp_path / "weights.bin"))
+    with pytest.raises(ModelNotFoundError, match="config.json"):
+        resolve_model(str(tmp_path))
+
+
+def test_gguf_is_converted_once_to_a_cached_safetensors_copy(generator) -> None:  # type: ignore[no-untyped-def]
+    converted = converted_gguf_dir(generator.source, generator.config.cache_dir)
+    assert (converted / "config.json").is_file()
+    assert list(converted.glob("*.safetensors"))
+    assert (converted / "tokenizer.json").is_file() or (converted / "tokenizer_config.json").is_file()
+
+
+def test_a_hugging_face_model_directory_loads_and_generates(tmp_path: Path, generator) -> None:  # type: ignore[no-untyped-def]
+    """Any HF directory works: a tiny random Llama saved with the default model's tokenizer."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from engine.hf_generator import HFGenerator
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(generator.tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=generator.tokenizer.bos_token_id,
+        eos_token_id=generator.tokenizer.eos_token_id,
+    )
+    LlamaForCausalLM(config).save_pretrained(tmp_path / "tiny")
+    generator.tokenizer.save_pretrained(tmp_path / "tiny")
+    tiny = HFGenerator(EngineConfig(model=str(tmp_path / "tiny"), device="cpu"))
+    assert tiny.model_name == "tiny" and tiny.max_model_len == 256
+    completion = tiny.generate(["hello"], SamplingParams(max_tokens=5))[0].outputs[0]
+    assert len(completion.token_ids) == 5 or completion.finish_reason == "stop"
+    assert len(completion.logprobs) == len(completion.token_ids)
