@@ -1,0 +1,164 @@
+"""The persisted FAISS + SQLite index: contents, restarts, model mismatch, and crashes mid-write."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rag.documents import Chunk, Document
+from rag.errors import IndexMismatchError, IndexNotFoundError, InvalidInputError
+from rag.index import VectorIndex, delete_index
+
+DIM = 8
+
+
+def unit(seed: int) -> np.ndarray:
+    vector = np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+def doc(doc_id: str, num_chunks: int, seed: int) -> tuple[Document, list[Chunk], np.ndarray]:
+    chunks = [Chunk(f"{doc_id}#{i}", doc_id, i, f"{doc_id} chunk {i}") for i in range(num_chunks)]
+    return Document(doc_id, f"text of {doc_id} v{seed}"), chunks, np.stack([unit(seed + i) for i in range(num_chunks)])
+
+
+def create(path: Path, index_type: str = "flat") -> VectorIndex:
+    return VectorIndex.create(path, embedding_model="test-model", dimension=DIM, index_type=index_type)
+
+
+@pytest.mark.parametrize("index_type", ["flat", "hnsw"])
+def test_write_search_delete_and_reopen(tmp_path: Path, index_type: str) -> None:
+    index = create(tmp_path / "ix", index_type)
+    index.write([doc("a", 3, 10), doc("b", 2, 20)])
+    hits = index.search(unit(21), 1)
+    assert hits[0].chunk.chunk_id == "b#1" and hits[0].score == pytest.approx(1.0, abs=1e-5)
+    assert index.delete("a") and not index.delete("a")
+    assert {h.chunk.doc_id for h in index.search(unit(10), 5)} == {"b"}
+    info = index.info()
+    assert (info.num_documents, info.num_chunks, info.generation) == (1, 2, 2)
+    index.close()
+
+    reopened = VectorIndex.open(tmp_path / "ix", embedding_model="test-model", dimension=DIM)
+    assert reopened.info().num_chunks == 2
+    assert reopened.search(unit(20), 1)[0].chunk.chunk_id == "b#0"
+    assert (tmp_path / "ix" / "manifest.json").is_file()
+
+
+def test_rewriting_a_document_replaces_its_chunks(tmp_path: Path) -> None:
+    index = create(tmp_path / "ix")
+    index.write([doc("a", 4, 10)])
+    index.write([doc("a", 1, 50)])
+    assert index.info().num_chunks == 1
+    assert [h.chunk.chunk_id for h in index.search(unit(50), 3)] == ["a#0"]
+
+
+def test_other_embedding_model_or_dimension_is_refused(tmp_path: Path) -> None:
+    create(tmp_path / "ix").close()
+    with pytest.raises(IndexMismatchError, match="test-model"):
+        VectorIndex.open(tmp_path / "ix", embedding_model="other-model")
+    with pytest.raises(IndexMismatchError, match="dimensional"):
+        VectorIndex.open(tmp_path / "ix", embedding_model="test-model", dimension=DIM + 1)
+
+
+def test_missing_index_and_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(IndexNotFoundError, match="ragguard ingest"):
+        VectorIndex.open(tmp_path / "nothing")
+    index = create(tmp_path / "ix")
+    with pytest.raises(InvalidInputError, match="already exists"):
+        create(tmp_path / "ix")
+    with pytest.raises(InvalidInputError, match="shape"):
+        index.write([(Document("a", "t"), [Chunk("a#0", "a", 0, "t")], np.zeros((2, DIM), np.float32))])
+    with pytest.raises(InvalidInputError, match="index_type"):
+        VectorIndex.create(tmp_path / "iy", embedding_model="m", dimension=DIM, index_type="ivf")
+    index.close()
+    delete_index(tmp_path / "ix")
+    assert not (tmp_path / "ix").exists()
+
+
+def test_failure_during_the_database_write_keeps_the_old_index(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    index = create(tmp_path / "ix")
+    index.write([doc("a", 2, 10)])
+    calls = {"n": 0}
+    original = VectorIndex._insert_rows
+
+    def failing_insert(self, document, chunks, vectors):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError("disk full")
+        return original(self, document, chunks, vectors)
+
+    monkeypatch.setattr(VectorIndex, "_insert_rows", failing_insert)
+    with pytest.raises(OSError, match="disk full"):
+        index.write([doc("a", 3, 30), doc("b", 2, 40)])
+    assert index.info().num_chunks == 2 and index.info().generation == 1
+    assert index.search(unit(10), 1)[0].chunk.chunk_id == "a#0"
+    index.close()
+    reopened = VectorIndex.open(tmp_path / "ix")
+    assert [d.doc_id for d in reopened.documents()] == ["a"]
+    assert reopened.search(unit(11), 1)[0].chunk.chunk_id == "a#1"
+
+
+def test_failure_writing_faiss_after_commit_leaves_a_consistent_index(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import faiss
+
+    index = create(tmp_path / "ix")
+    index.write([doc("a", 2, 10)])
+    monkeypatch.setattr(faiss, "serialize_index", lambda _: (_ for _ in ()).throw(OSError("no space")))
+    with pytest.raises(OSError, match="no space"):
+        index.write([doc("b", 1, 60)])
+    # The database committed generation 2: the in-memory index was rebuilt to match it.
+    assert index.search(unit(60), 1)[0].chunk.chunk_id == "b#0"
+    monkeypatch.undo()
+    index.close()
+    reopened = VectorIndex.open(tmp_path / "ix")  # no FAISS file for generation 2: rebuilt
+    assert reopened.generation == 2
+    assert reopened.search(unit(60), 1)[0].chunk.chunk_id == "b#0"
+
+
+_CRASHER = textwrap.dedent(
+    """
+    import os, sys
+    import numpy as np
+    from pathlib import Path
+    from rag.index import VectorIndex
+    from rag.documents import Chunk, Document
+
+    path, where = Path(sys.argv[1]), sys.argv[2]
+    index = VectorIndex.open(path)
+    if where == "mid-transaction":
+        original = VectorIndex._insert_rows
+        def insert_then_die(self, document, chunks, vectors):
+            original(self, document, chunks, vectors)
+            os._exit(9)  # killed after some rows, before COMMIT
+        VectorIndex._insert_rows = insert_then_die
+    else:
+        def die(self):
+            os._exit(9)  # killed after COMMIT, before the FAISS file is written
+        VectorIndex._persist_faiss = die
+    rng = np.random.default_rng(99)
+    vectors = rng.standard_normal((3, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    chunks = [Chunk(f"new#{i}", "new", i, f"new {i}") for i in range(3)]
+    index.write([(Document("new", "new doc"), chunks, vectors), (Document("c", "c"), chunks[:0], vectors[:0])])
+    """
+)
+
+
+@pytest.mark.parametrize(("where", "new_visible"), [("mid-transaction", False), ("after-commit", True)])
+def test_process_killed_mid_write(tmp_path: Path, where: str, new_visible: bool) -> None:
+    index = create(tmp_path / "ix")
+    index.write([doc("a", 2, 10)])
+    index.close()
+    proc = subprocess.run([sys.executable, "-c", _CRASHER, str(tmp_path / "ix"), where], check=False)
+    assert proc.returncode == 9
+    reopened = VectorIndex.open(tmp_path / "ix", embedding_model="test-model")
+    doc_ids = {d.doc_id for d in reopened.documents()}
+    assert doc_ids == ({"a", "new", "c"} if new_visible else {"a"})
+    assert reopened.info().num_chunks == (5 if new_visible else 2)
+    assert reopened.search(unit(10), 1)[0].chunk.chunk_id == "a#0"
+    assert len(reopened.search(unit(10), 10)) == reopened.info().num_chunks
