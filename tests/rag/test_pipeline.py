@@ -1,0 +1,69 @@
+"""Pipeline.ask end to end: real FAISS, real SQLite, real SmolLM2."""
+
+from __future__ import annotations
+
+import pytest
+
+from rag.citations import attribute, cited_numbers, is_declined
+from rag.errors import IndexNotFoundError, InvalidInputError
+from rag.prompt import build_messages
+from rag.types import Passage, Result
+
+
+def test_demo_question_is_answered_with_a_citation_of_the_fact(demo_pipeline) -> None:  # type: ignore[no-untyped-def]
+    result = demo_pipeline.ask("What does a KV cache avoid recomputing?")
+    assert not result.abstained
+    assert result.citations, result.answer
+    cited = result.citations[0]
+    assert cited.doc_id == "kv-cache.md"
+    assert "recomput" in cited.text.lower()
+    assert any(word in result.answer.lower() for word in ("key", "value"))
+    assert result.passages[cited.number - 1].chunk_id == cited.chunk_id
+    assert {"retrieve_s", "generate_s", "total_s"} <= result.timings.keys()
+    assert result.usage.prompt_tokens > 50 and result.usage.completion_tokens > 0
+    assert Result.from_dict(result.to_dict()) == result
+
+
+def test_irrelevant_question_abstains_without_calling_the_model(demo_pipeline, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    def no_generation(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("the model must not be called")
+
+    monkeypatch.setattr(demo_pipeline.generator, "generate", no_generation)
+    result = demo_pipeline.ask("Who won the 1998 football world cup final?")
+    assert result.abstained and "min_score" in result.abstain_reason
+    assert result.citations == [] and result.passages == []
+    assert result.usage.completion_tokens == 0
+
+
+def test_bad_questions_and_unknown_index(demo_pipeline) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InvalidInputError, match="empty"):
+        demo_pipeline.ask("   ")
+    with pytest.raises(InvalidInputError, match="at most 2000"):
+        demo_pipeline.ask("why? " * 500)
+    with pytest.raises(IndexNotFoundError, match="available: demo"):
+        demo_pipeline.ask("What is a KV cache?", index="nope")
+    with pytest.raises(InvalidInputError, match="unknown option"):
+        demo_pipeline.ask("What is a KV cache?", topk=3)
+
+
+def test_prompt_numbers_passages_and_states_the_rule() -> None:
+    passages = [Passage("d1", "d1#0", "Alpha text.", 0.9), Passage("d2", "d2#0", "Beta\n text.", 0.8)]
+    system, user = build_messages("Why?", passages)
+    assert "only" in system["content"] and "I don't know" in system["content"]
+    assert "[1] Alpha text." in user["content"] and "[2] Beta text." in user["content"]
+    assert user["content"].rstrip().endswith("Answer:")
+
+
+def test_citation_attribution() -> None:
+    passages = [
+        Passage("kv", "kv#0", "The KV cache stores keys and values of earlier tokens.", 0.8),
+        Passage("bs", "bs#0", "Batching runs several requests together on the GPU.", 0.6),
+    ]
+    explicit = attribute("Batching groups requests [2]. Also [7].", passages)
+    assert [(c.number, c.method) for c in explicit] == [(2, "explicit")]
+    overlap = attribute("It stores the keys and values of earlier tokens.", passages)
+    assert [(c.number, c.doc_id, c.method) for c in overlap] == [(1, "kv", "overlap")]
+    assert attribute("Bananas are yellow fruit.", passages) == []
+    assert attribute("I don't know.", passages) == []
+    assert cited_numbers("see [3] and [1] and [3]") == [3, 1]
+    assert is_declined("Sorry, I do not know.") and not is_declined("The cache stores keys.")
