@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,10 +47,26 @@ def pipeline(settings, embedder, generator) -> Iterator[object]:  # type: ignore
     pipe.close()
 
 
-@pytest.fixture
-def demo_pipeline(pipeline):  # type: ignore[no-untyped-def]
-    """A pipeline whose default index holds the packaged demo collection."""
-    from rag.server.state import ensure_demo_index
+@pytest.fixture(scope="session")
+def demo_index_template(tmp_path_factory, embedder) -> Path:  # type: ignore[no-untyped-def]
+    """The packaged demo collection, indexed once per session; tests get a copy."""
+    from rag.collection import CollectionRegistry
+    from rag.documents import load_path
+    from rag.server.state import DEMO_INDEX, demo_collection_path
+    from rag.settings import Settings
 
-    ensure_demo_index(pipeline)
+    root = tmp_path_factory.mktemp("demo-template")
+    defaults = Settings(_env_file=None)
+    registry = CollectionRegistry(
+        root, embedder, chunk_size=defaults.chunk_size, chunk_overlap=defaults.chunk_overlap
+    )
+    registry.get(DEMO_INDEX, create=True).ingest(load_path(demo_collection_path()))
+    registry.close()
+    return root / DEMO_INDEX
+
+
+@pytest.fixture
+def demo_pipeline(pipeline, demo_index_template):  # type: ignore[no-untyped-def]
+    """A pipeline whose default index is a fresh copy of the demo collection."""
+    shutil.copytree(demo_index_template, pipeline.settings.index_dir / "demo")
     return pipeline

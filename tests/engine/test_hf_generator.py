@@ -42,8 +42,12 @@ def test_logprobs_are_the_models_own_chosen_token_logprobs(generator) -> None:  
         logprobs = generator.model(ids).logits[0].float().log_softmax(-1)
     start = len(out.prompt_token_ids) - 1
     for step, token in enumerate(completion.token_ids):
-        assert completion.logprobs[step] == pytest.approx(logprobs[start + step, token].item(), abs=1e-3)
-    assert completion.top_logprobs is not None and len(completion.top_logprobs) == len(completion.token_ids)
+        assert completion.logprobs[step] == pytest.approx(
+            logprobs[start + step, token].item(), abs=1e-3
+        )
+    assert completion.top_logprobs is not None and len(completion.top_logprobs) == len(
+        completion.token_ids
+    )
     # Greedy: the chosen token is the most likely alternative.
     for token, alternatives in zip(completion.token_ids, completion.top_logprobs, strict=True):
         assert max(alternatives, key=alternatives.__getitem__) == token
@@ -74,7 +78,9 @@ def test_stop_string_ends_and_is_removed(generator) -> None:  # type: ignore[no-
     prompt = _prompt(generator, QUESTIONS[0])
     reference = generator.generate([prompt], SamplingParams(max_tokens=20))[0].outputs[0].text
     stop = " " + reference.split()[3]  # a word in the middle of the greedy answer
-    completion = generator.generate([prompt], SamplingParams(max_tokens=20, stop=[stop]))[0].outputs[0]
+    completion = generator.generate([prompt], SamplingParams(max_tokens=20, stop=[stop]))[
+        0
+    ].outputs[0]
     assert completion.finish_reason is FinishReason.STOP
     assert completion.stop_reason == stop
     assert completion.text == reference[: reference.index(stop)]

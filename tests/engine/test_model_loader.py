@@ -34,7 +34,9 @@ def test_gguf_is_converted_once_to_a_cached_safetensors_copy(generator) -> None:
     converted = converted_gguf_dir(generator.source, generator.config.cache_dir)
     assert (converted / "config.json").is_file()
     assert list(converted.glob("*.safetensors"))
-    assert (converted / "tokenizer.json").is_file() or (converted / "tokenizer_config.json").is_file()
+    assert (converted / "tokenizer.json").is_file() or (
+        converted / "tokenizer_config.json"
+    ).is_file()
 
 
 def test_a_hugging_face_model_directory_loads_and_generates(tmp_path: Path, generator) -> None:  # type: ignore[no-untyped-def]

@@ -8,7 +8,12 @@ import pytest
 
 from rag.collection import CollectionRegistry
 from rag.documents import Document
-from rag.errors import DocumentNotFoundError, IndexMismatchError, IndexNotFoundError, InvalidInputError
+from rag.errors import (
+    DocumentNotFoundError,
+    IndexMismatchError,
+    IndexNotFoundError,
+    InvalidInputError,
+)
 from rag.index import VectorIndex
 
 FACTS = {
@@ -22,15 +27,21 @@ def registry(path: Path, embedder) -> CollectionRegistry:  # type: ignore[no-unt
     return CollectionRegistry(path, embedder, chunk_size=64, chunk_overlap=8)
 
 
-def test_ingest_skips_unchanged_replaces_changed_and_survives_restart(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+def test_ingest_skips_unchanged_replaces_changed_and_survives_restart(
+    tmp_path: Path, embedder
+) -> None:  # type: ignore[no-untyped-def]
     reg = registry(tmp_path, embedder)
     collection = reg.get("kb", create=True)
     report = collection.ingest([Document(k, v) for k, v in FACTS.items()])
     assert sorted(report.added) == ["kv", "moon", "paris"] and report.num_chunks == 3
 
-    again = collection.ingest([Document("kv", FACTS["kv"]), Document("paris", "Lyon is in France.")])
+    again = collection.ingest(
+        [Document("kv", FACTS["kv"]), Document("paris", "Lyon is in France.")]
+    )
     assert again.skipped == ["kv"] and again.updated == ["paris"] and again.num_chunks == 1
-    assert collection.search("Which city is the capital of France?", 1)[0].chunk.text != FACTS["paris"]
+    assert (
+        collection.search("Which city is the capital of France?", 1)[0].chunk.text != FACTS["paris"]
+    )
     reg.close()
 
     reopened = registry(tmp_path, embedder).get("kb")
@@ -59,6 +70,8 @@ def test_unknown_and_invalid_index_names(tmp_path: Path, embedder) -> None:  # t
 
 
 def test_index_built_with_another_embedding_model_is_refused(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
-    VectorIndex.create(tmp_path / "old", embedding_model="bge-small", dimension=embedder.dimension).close()
+    VectorIndex.create(
+        tmp_path / "old", embedding_model="bge-small", dimension=embedder.dimension
+    ).close()
     with pytest.raises(IndexMismatchError, match="bge-small"):
         registry(tmp_path, embedder).get("old")

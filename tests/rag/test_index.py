@@ -24,11 +24,17 @@ def unit(seed: int) -> np.ndarray:
 
 def doc(doc_id: str, num_chunks: int, seed: int) -> tuple[Document, list[Chunk], np.ndarray]:
     chunks = [Chunk(f"{doc_id}#{i}", doc_id, i, f"{doc_id} chunk {i}") for i in range(num_chunks)]
-    return Document(doc_id, f"text of {doc_id} v{seed}"), chunks, np.stack([unit(seed + i) for i in range(num_chunks)])
+    return (
+        Document(doc_id, f"text of {doc_id} v{seed}"),
+        chunks,
+        np.stack([unit(seed + i) for i in range(num_chunks)]),
+    )
 
 
 def create(path: Path, index_type: str = "flat") -> VectorIndex:
-    return VectorIndex.create(path, embedding_model="test-model", dimension=DIM, index_type=index_type)
+    return VectorIndex.create(
+        path, embedding_model="test-model", dimension=DIM, index_type=index_type
+    )
 
 
 @pytest.mark.parametrize("index_type", ["flat", "hnsw"])
@@ -72,7 +78,9 @@ def test_missing_index_and_bad_input(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="already exists"):
         create(tmp_path / "ix")
     with pytest.raises(InvalidInputError, match="shape"):
-        index.write([(Document("a", "t"), [Chunk("a#0", "a", 0, "t")], np.zeros((2, DIM), np.float32))])
+        index.write(
+            [(Document("a", "t"), [Chunk("a#0", "a", 0, "t")], np.zeros((2, DIM), np.float32))]
+        )
     with pytest.raises(InvalidInputError, match="index_type"):
         VectorIndex.create(tmp_path / "iy", embedding_model="m", dimension=DIM, index_type="ivf")
     index.close()
@@ -103,12 +111,16 @@ def test_failure_during_the_database_write_keeps_the_old_index(tmp_path: Path, m
     assert reopened.search(unit(11), 1)[0].chunk.chunk_id == "a#1"
 
 
-def test_failure_writing_faiss_after_commit_leaves_a_consistent_index(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_failure_writing_faiss_after_commit_leaves_a_consistent_index(
+    tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
     import faiss
 
     index = create(tmp_path / "ix")
     index.write([doc("a", 2, 10)])
-    monkeypatch.setattr(faiss, "serialize_index", lambda _: (_ for _ in ()).throw(OSError("no space")))
+    monkeypatch.setattr(
+        faiss, "serialize_index", lambda _: (_ for _ in ()).throw(OSError("no space"))
+    )
     with pytest.raises(OSError, match="no space"):
         index.write([doc("b", 1, 60)])
     # The database committed generation 2: the in-memory index was rebuilt to match it.
@@ -149,12 +161,16 @@ _CRASHER = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize(("where", "new_visible"), [("mid-transaction", False), ("after-commit", True)])
+@pytest.mark.parametrize(
+    ("where", "new_visible"), [("mid-transaction", False), ("after-commit", True)]
+)
 def test_process_killed_mid_write(tmp_path: Path, where: str, new_visible: bool) -> None:
     index = create(tmp_path / "ix")
     index.write([doc("a", 2, 10)])
     index.close()
-    proc = subprocess.run([sys.executable, "-c", _CRASHER, str(tmp_path / "ix"), where], check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CRASHER, str(tmp_path / "ix"), where], check=False
+    )
     assert proc.returncode == 9
     reopened = VectorIndex.open(tmp_path / "ix", embedding_model="test-model")
     doc_ids = {d.doc_id for d in reopened.documents()}

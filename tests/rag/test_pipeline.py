@@ -47,7 +47,10 @@ def test_bad_questions_and_unknown_index(demo_pipeline) -> None:  # type: ignore
 
 
 def test_prompt_numbers_passages_and_states_the_rule() -> None:
-    passages = [Passage("d1", "d1#0", "Alpha text.", 0.9), Passage("d2", "d2#0", "Beta\n text.", 0.8)]
+    passages = [
+        Passage("d1", "d1#0", "Alpha text.", 0.9),
+        Passage("d2", "d2#0", "Beta\n text.", 0.8),
+    ]
     system, user = build_messages("Why?", passages)
     assert "only" in system["content"] and "I don't know" in system["content"]
     assert "[1] Alpha text." in user["content"] and "[2] Beta text." in user["content"]

@@ -1,0 +1,205 @@
+"""The REST API over real HTTP semantics (TestClient), with the real pipeline."""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from rag.server import create_app
+
+
+@pytest.fixture
+def client(demo_pipeline) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+    demo_pipeline.settings.max_upload_bytes = 4096
+    with TestClient(create_app(pipeline=demo_pipeline)) as http:
+        yield http
+
+
+def num_documents(client: TestClient, index: str | None = None) -> int:
+    params = {"index": index} if index else {}
+    total: int = client.get("/v1/documents", params=params).json()["total"]
+    return total
+
+
+def test_health_ready_and_openapi(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz").json()
+    assert ready["status"] == "ready" and ready["model"] == "SmolLM2-135M-Instruct"
+    assert "demo" in ready["indexes"]
+    paths = client.get("/openapi.json").json()["paths"]
+    assert {"/v1/ask", "/v1/documents", "/v1/documents/{doc_id}", "/healthz", "/readyz"} <= set(
+        paths
+    )
+    assert "multipart/form-data" in paths["/v1/documents"]["post"]["requestBody"]["content"]
+    assert client.get("/docs").status_code == 200
+
+
+def test_ask_returns_a_cited_answer(client: TestClient) -> None:
+    response = client.post("/v1/ask", json={"question": "What does a KV cache avoid recomputing?"})
+    assert response.status_code == 200
+    body = response.json()
+    assert body["citations"] and body["citations"][0]["doc_id"] == "kv-cache.md"
+    assert body["usage"]["completion_tokens"] > 0 and body["timings"]["total_s"] > 0
+    assert response.headers["x-request-id"]
+
+
+def test_documents_json_upload_list_delete_and_ask_the_new_fact(
+    client: TestClient, tmp_path: Path
+) -> None:
+    before = num_documents(client)
+    created = client.post(
+        "/v1/documents",
+        json={"doc_id": "zephyr", "text": "The Zephyr-9 router ships with 12 Ethernet ports."},
+    )
+    assert created.status_code == 201 and created.json()["added"] == ["zephyr"]
+    assert client.post(
+        "/v1/documents",
+        json={"doc_id": "zephyr", "text": "The Zephyr-9 router ships with 12 Ethernet ports."},
+    ).json()["skipped"] == ["zephyr"]
+
+    upload = client.post(
+        "/v1/documents",
+        files={
+            "file": (
+                "notes/orbit.md",
+                io.BytesIO(b"# Orbit\n\nThe Moon orbits Earth in 27.3 days."),
+            )
+        },
+        data={"doc_id": "orbit"},
+    )
+    assert upload.status_code == 201 and upload.json()["added"] == ["orbit"]
+    assert num_documents(client) == before + 2
+
+    answer = client.post(
+        "/v1/ask", json={"question": "How many Ethernet ports does the Zephyr-9 router have?"}
+    )
+    assert answer.json()["citations"][0]["doc_id"] == "zephyr"
+    assert "12" in answer.json()["answer"]
+
+    listed = client.get("/v1/documents", params={"limit": 1000}).json()
+    assert {"zephyr", "orbit"} <= {d["doc_id"] for d in listed["documents"]}
+    assert client.delete("/v1/documents/orbit").status_code == 204
+    assert num_documents(client) == before + 1
+
+
+def test_document_ids_with_slashes_can_be_deleted(client: TestClient) -> None:
+    client.post("/v1/documents", json={"doc_id": "guides/setup.md", "text": "Run make serve."})
+    assert client.delete("/v1/documents/guides/setup.md").status_code == 204
+
+
+def test_new_index_is_created_by_posting_to_it(client: TestClient) -> None:
+    response = client.post(
+        "/v1/documents",
+        params={"index": "team-a"},
+        json={"doc_id": "x", "text": "Team A owns billing."},
+    )
+    assert response.status_code == 201 and response.json()["index"] == "team-a"
+    assert num_documents(client, "team-a") == 1
+    assert client.get("/v1/indexes/team-a").json()["num_documents"] == 1
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "kwargs", "status", "fragment"),
+    [
+        ("post", "/v1/ask", {"json": {"question": ""}}, 422, "at least 1 character"),
+        ("post", "/v1/ask", {"json": {"question": "why? " * 500}}, 422, "at most 2000"),
+        (
+            "post",
+            "/v1/ask",
+            {"json": {"question": "hi", "top_k": 0}},
+            422,
+            "greater than or equal to 1",
+        ),
+        ("post", "/v1/ask", {"json": {"question": "hi", "colour": "red"}}, 422, "Extra inputs"),
+        ("post", "/v1/ask", {"json": {"question": "hi", "index": "nope"}}, 404, "does not exist"),
+        (
+            "post",
+            "/v1/ask",
+            {"json": {"question": "hi", "index": "../x"}},
+            422,
+            "invalid index name",
+        ),
+        (
+            "post",
+            "/v1/ask",
+            {"content": b"{not json", "headers": {"content-type": "application/json"}},
+            422,
+            "JSON",
+        ),
+        (
+            "post",
+            "/v1/documents",
+            {"content": b"{not json", "headers": {"content-type": "application/json"}},
+            422,
+            "Invalid JSON",
+        ),
+        ("post", "/v1/documents", {"json": {"text": "no id"}}, 422, "doc_id"),
+        ("post", "/v1/documents", {"files": {"file": ("tool.exe", b"MZ")}}, 415, "supported types"),
+        (
+            "post",
+            "/v1/documents",
+            {"files": {"file": ("big.txt", b"x" * 5000)}},
+            413,
+            "at most 4096",
+        ),
+        (
+            "post",
+            "/v1/documents",
+            {"files": {"file": ("bad.jsonl", b'{"text": 1}\n')}},
+            422,
+            "line 1",
+        ),
+        (
+            "post",
+            "/v1/documents",
+            {"content": b"hello", "headers": {"content-type": "text/plain"}},
+            415,
+            "content type",
+        ),
+        ("delete", "/v1/documents/no-such-doc", {}, 404, "no-such-doc"),
+        ("get", "/v1/documents?index=nope", {}, 404, "does not exist"),
+        ("get", "/v1/indexes/nope", {}, 404, "does not exist"),
+    ],
+)
+def test_bad_input_gets_a_4xx_with_a_message_and_loses_nothing(
+    client: TestClient, method: str, url: str, kwargs: dict, status: int, fragment: str
+) -> None:
+    before = num_documents(client)
+    response = getattr(client, method)(url, **kwargs)
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert fragment in str(body["detail"]) and body["error"]
+    assert "Traceback" not in response.text
+    assert num_documents(client) == before
+
+
+def test_a_request_without_content_length_is_refused(client: TestClient) -> None:
+    def body() -> Iterator[bytes]:
+        yield b'{"doc_id": "s", "text": "streamed"}'
+
+    response = client.post(
+        "/v1/documents", content=body(), headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 411 and "Content-Length" in response.json()["detail"]
+
+
+def test_model_routes_answer_503_while_loading(tmp_path: Path) -> None:
+    from rag.settings import Settings
+
+    settings = Settings(index_dir=tmp_path, model=str(tmp_path / "missing.gguf"), _env_file=None)
+    with TestClient(create_app(settings)) as http:
+        for _ in range(100):
+            ready = http.get("/readyz")
+            if ready.json()["status"] != "loading":
+                break
+            time.sleep(0.1)
+        assert ready.status_code == 503 and ready.json()["status"] == "failed"
+        assert "missing.gguf" in ready.json()["error"]
+        response = http.post("/v1/ask", json={"question": "hi"})
+        assert response.status_code == 503 and "failed to load" in response.json()["detail"]
+        assert http.get("/healthz").status_code == 200
