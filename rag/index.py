@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import sqlite3
-import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -30,8 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from rag.atomic import atomic_write_bytes
 from rag.documents import Chunk, Document
 from rag.errors import IndexMismatchError, IndexNotFoundError, InvalidInputError
+from rag.faiss_store import FaissStore
 
 logger = logging.getLogger(__name__)
 
@@ -97,28 +97,6 @@ class ScoredChunk:
     metadata: dict[str, Any]
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def delete_index(path: Path) -> None:
     """Remove an index folder. The database goes first, so a crash half-way leaves no index."""
     if not VectorIndex.exists(path):
@@ -136,8 +114,8 @@ class VectorIndex:
         self._conn = conn
         self._meta = meta
         self._lock = threading.RLock()
-        self._faiss: Any = None
-        self._load_or_rebuild_faiss()
+        self._vectors = FaissStore(path, self.dimension, meta["index_type"], self._stored_vectors)
+        self._vectors.load(self.generation)
 
     # ----------------------------------------------------------------- opening
     @classmethod
@@ -294,10 +272,9 @@ class VectorIndex:
         if query.shape != (self.dimension,):
             raise InvalidInputError(f"query vector must have shape ({self.dimension},)")
         with self._lock:
-            if self._faiss.ntotal == 0:
+            hits = self._vectors.search(query, top_k)
+            if not hits:
                 return []
-            scores, ids = self._faiss.search(query[None, :].astype(np.float32), top_k)
-            hits = [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
             rows = self._conn.execute(
                 "SELECT c.id, c.chunk_id, c.doc_id, c.ordinal, c.text, d.metadata FROM chunks c "
                 f"JOIN documents d USING (doc_id) WHERE c.id IN ({','.join('?' * len(hits))})",
@@ -340,15 +317,15 @@ class VectorIndex:
                 )
             self._meta.update(generation=str(generation), updated_at=repr(now))
             try:
-                self._apply_to_faiss(removed_ids, added)
-                self._persist_faiss()
+                self._vectors.apply(removed_ids, added)
+                self._vectors.persist(generation)
                 self._write_manifest()
             except BaseException:
                 # The database is committed; bring the in-memory index back in line with it.
                 logger.exception(
                     "index %s: FAISS update failed; rebuilding from the database", self.name
                 )
-                self._faiss = self._build_faiss_from_db()
+                self._vectors.rebuild()
                 raise
 
     def delete(self, doc_id: str) -> bool:
@@ -406,63 +383,13 @@ class VectorIndex:
             added.append((cursor.lastrowid, vector))
         return added
 
-    # ------------------------------------------------------------------ FAISS
-    def _faiss_file(self, generation: int) -> Path:
-        return self.path / f"vectors-{generation}.faiss"
-
-    def _new_faiss(self) -> Any:
-        import faiss
-
-        inner: Any
-        if self._meta["index_type"] == "hnsw":
-            inner = faiss.IndexHNSWFlat(self.dimension, 32, faiss.METRIC_INNER_PRODUCT)
-            inner.hnsw.efSearch = 128
-            inner.hnsw.efConstruction = 80
-        else:
-            inner = faiss.IndexFlatIP(self.dimension)
-        return faiss.IndexIDMap2(inner)
-
-    def _build_faiss_from_db(self) -> Any:
-        index = self._new_faiss()
+    def _stored_vectors(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         cursor = self._conn.execute("SELECT id, embedding FROM chunks ORDER BY id")
         while rows := cursor.fetchmany(20_000):
             ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
-            index.add_with_ids(vectors.reshape(len(rows), self.dimension), ids)
-        return index
-
-    def _load_or_rebuild_faiss(self) -> None:
-        import faiss
-
-        file = self._faiss_file(self.generation)
-        if file.is_file():
-            self._faiss = faiss.read_index(str(file))
-            return
-        logger.info(
-            "index %s: rebuilding FAISS generation %d from the database", self.name, self.generation
-        )
-        self._faiss = self._build_faiss_from_db()
-        self._persist_faiss()
-
-    def _apply_to_faiss(self, removed_ids: list[int], added: list[tuple[int, np.ndarray]]) -> None:
-        if removed_ids:
-            if self._meta["index_type"] == "hnsw":  # HNSW cannot remove: rebuild (rare; deletes)
-                self._faiss = self._build_faiss_from_db()
-                return
-            self._faiss.remove_ids(np.asarray(removed_ids, dtype=np.int64))
-        if added:
-            ids = np.asarray([i for i, _ in added], dtype=np.int64)
-            self._faiss.add_with_ids(np.stack([v for _, v in added]).astype(np.float32), ids)
-
-    def _persist_faiss(self) -> None:
-        import faiss
-
-        data = faiss.serialize_index(self._faiss).tobytes()
-        _atomic_write_bytes(self._faiss_file(self.generation), data)
-        for stale in self.path.glob("vectors-*.faiss"):
-            if stale.name != self._faiss_file(self.generation).name:
-                stale.unlink(missing_ok=True)
+            yield ids, vectors.reshape(len(rows), self.dimension)
 
     def _write_manifest(self) -> None:
         manifest = asdict(self.info())
-        _atomic_write_bytes(self.path / "manifest.json", json.dumps(manifest, indent=2).encode())
+        atomic_write_bytes(self.path / "manifest.json", json.dumps(manifest, indent=2).encode())

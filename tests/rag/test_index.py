@@ -149,9 +149,10 @@ _CRASHER = textwrap.dedent(
             os._exit(9)  # killed after some rows, before COMMIT
         VectorIndex._insert_rows = insert_then_die
     else:
-        def die(self):
+        from rag.faiss_store import FaissStore
+        def die(self, generation):
             os._exit(9)  # killed after COMMIT, before the FAISS file is written
-        VectorIndex._persist_faiss = die
+        FaissStore.persist = die
     rng = np.random.default_rng(99)
     vectors = rng.standard_normal((3, 8)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
