@@ -62,6 +62,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num-docs", type=int, default=1000, help="MuSiQue passages to ingest")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--index-type", choices=("flat", "hnsw"), default="flat")
+    parser.add_argument(
+        "--torch-threads", type=int, default=None, help="torch intra-op threads (default: cores)"
+    )
     args = parser.parse_args(argv)
     if args.num_docs < 1 or args.repeats < 1:
         parser.error("--num-docs and --repeats must be at least 1")
@@ -239,6 +242,8 @@ def print_report(
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark and print the table, the command line and the JSON figures."""
     args = parse_args(argv)
+    if args.torch_threads is not None:
+        torch.set_num_threads(args.torch_threads)
     torch.manual_seed(SEED)  # nothing here is random; fixed anyway, as for every benchmark
     docs = load_documents(args.data_dir, args.num_docs)
     embedder = Embedder()

@@ -10,6 +10,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+from tqdm.auto import tqdm
+
 from rag.documents import Chunk, Chunker, Document
 from rag.embed import Embedder
 from rag.errors import DocumentNotFoundError, IndexNotFoundError, InvalidInputError
@@ -86,8 +89,6 @@ class Collection:
             pending.append((doc, self.chunker.split(doc)))
         total = sum(len(chunks) for _, chunks in pending)
         report.num_chunks = total
-        from tqdm.auto import tqdm
-
         with tqdm(
             total=total, unit="chunk", desc=f"embedding into {self.name}", disable=not show_progress
         ) as bar:
@@ -102,20 +103,17 @@ class Collection:
         report.elapsed_s = time.perf_counter() - started
         return report
 
-    def _embed_and_write(self, group: list[tuple[Document, list[Chunk]]], bar: object) -> None:
+    def _embed_and_write(self, group: list[tuple[Document, list[Chunk]]], bar: tqdm) -> None:
         texts = [chunk.text for _, chunks in group for chunk in chunks]
-        vectors = []
+        # Embed longest-first so each batch pads to similar lengths (as a single
+        # sentence-transformers call would), while the progress bar still advances per batch.
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        matrix = np.zeros((len(texts), self.embedder.dimension), np.float32)
         for start in range(0, len(texts), self.embed_batch_size):
-            batch = texts[start : start + self.embed_batch_size]
-            vectors.append(self.embedder.embed(batch, batch_size=self.embed_batch_size))
-            bar.update(len(batch))  # type: ignore[attr-defined]
-        import numpy as np
-
-        matrix = (
-            np.concatenate(vectors)
-            if vectors
-            else np.zeros((0, self.embedder.dimension), np.float32)
-        )
+            rows = order[start : start + self.embed_batch_size]
+            batch = [texts[i] for i in rows]
+            matrix[rows] = self.embedder.embed(batch, batch_size=self.embed_batch_size)
+            bar.update(len(batch))
         upserts, offset = [], 0
         for doc, chunks in group:
             upserts.append((doc, chunks, matrix[offset : offset + len(chunks)]))
