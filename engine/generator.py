@@ -19,6 +19,13 @@ class Generator(Protocol):
     @property
     def model_name(self) -> str: ...
 
+    @property
+    def max_model_len(self) -> int:
+        """Context window in tokens (prompt plus completion)."""
+        ...
+
+    def count_tokens(self, prompt: str) -> int: ...
+
     def apply_chat_template(self, messages: list[dict[str, str]]) -> str: ...
 
     def generate(

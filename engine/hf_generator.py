@@ -119,6 +119,10 @@ class HFGenerator:
         ids: list[int] = self.tokenizer(prompt, add_special_tokens=add_special)["input_ids"]
         return ids
 
+    def count_tokens(self, prompt: str) -> int:
+        """Length of a prompt in the model's tokens."""
+        return len(self.encode(prompt))
+
     def generate(
         self, prompts: Sequence[Prompt], params: SamplingParams | Sequence[SamplingParams]
     ) -> list[RequestOutput]:

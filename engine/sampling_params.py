@@ -72,6 +72,8 @@ class SamplingParams:
             raise ValueError(f"logprobs must be in [0, 20], got {self.logprobs}")
         if any(not s for s in self.stop):
             raise ValueError("stop strings must be non-empty")
+        if self.seed is not None and not 0 <= self.seed < 2**63:
+            raise ValueError(f"seed must be in [0, 2**63), got {self.seed}")
         if self.truncate_prompt_tokens is not None and self.truncate_prompt_tokens < 1:
             raise ValueError(
                 f"truncate_prompt_tokens must be >= 1, got {self.truncate_prompt_tokens}"

@@ -39,7 +39,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         chunk_size=args.chunk_size,
         chunk_overlap=args.chunk_overlap,
     )
-    embedder = Embedder(settings.embedding_model, allow_hub=settings.allow_hub)
+    from engine import EngineConfig
+
+    device = EngineConfig(device=settings.device).resolved_device()
+    embedder = Embedder(settings.embedding_model, device=device, allow_hub=settings.allow_hub)
     registry = CollectionRegistry(
         settings.index_dir,
         embedder,
@@ -219,16 +222,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _validation_summary(exc: Any) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
+    import httpx
+    from pydantic import ValidationError
+
     from engine.errors import EngineError
     from rag.errors import RagGuardError
 
     try:
         return func(args)
-    except (RagGuardError, EngineError) as exc:
-        print(f"ragguard: error: {exc}", file=sys.stderr)
+    except (RagGuardError, EngineError, ValueError) as exc:
+        # ValueError covers invalid sampling values; pydantic's ValidationError (a ValueError)
+        # lists the settings that were out of range.
+        message = _validation_summary(exc) if isinstance(exc, ValidationError) else str(exc)
+        print(f"ragguard: error: {message}", file=sys.stderr)
+        return 2
+    except httpx.HTTPError as exc:
+        print(f"ragguard: error: cannot reach the server: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

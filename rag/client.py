@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -17,6 +18,7 @@ from rag.errors import (
     IndexMismatchError,
     IndexNotFoundError,
     InvalidInputError,
+    LengthRequiredError,
     NotFoundError,
     NotReadyError,
     PayloadTooLargeError,
@@ -29,6 +31,7 @@ DEFAULT_TIMEOUT_S = 120.0
 _BY_STATUS: dict[int, type[RagGuardError]] = {
     404: NotFoundError,
     409: IndexMismatchError,
+    411: LengthRequiredError,
     413: PayloadTooLargeError,
     415: UnsupportedFileTypeError,
     422: InvalidInputError,
@@ -142,7 +145,9 @@ class Client:
         return result
 
     def delete_document(self, doc_id: str, *, index: str | None = None) -> None:
-        self._call("DELETE", f"/v1/documents/{doc_id}", params=_index_params(index))
+        self._call(
+            "DELETE", f"/v1/documents/{quote(doc_id, safe='/')}", params=_index_params(index)
+        )
 
     def ready(self) -> bool:
         """True once the server has loaded its model."""
@@ -215,7 +220,9 @@ class AsyncClient:
         return result
 
     async def delete_document(self, doc_id: str, *, index: str | None = None) -> None:
-        await self._call("DELETE", f"/v1/documents/{doc_id}", params=_index_params(index))
+        await self._call(
+            "DELETE", f"/v1/documents/{quote(doc_id, safe='/')}", params=_index_params(index)
+        )
 
     async def ready(self) -> bool:
         return (await self._http.get("/readyz")).status_code == 200

@@ -100,12 +100,11 @@ def _parse_html(data: bytes, name: str) -> tuple[str, dict[str, Any]]:
 
 def _parse_pdf(data: bytes, name: str) -> tuple[str, dict[str, Any]]:
     from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
 
     try:
         reader = PdfReader(io.BytesIO(data))
         pages = [page.extract_text() or "" for page in reader.pages]
-    except (PdfReadError, ValueError, KeyError) as exc:
+    except Exception as exc:  # pypdf raises many types on malformed or encrypted files
         raise DocumentParseError(f"{name} is not a readable PDF: {exc}") from exc
     return "\n\n".join(p.strip() for p in pages if p.strip()), {"num_pages": len(pages)}
 
@@ -124,7 +123,10 @@ def _parse_jsonl(data: bytes, name: str) -> Iterator[Document]:
                 f"{name} line {line_no}: expected an object with a 'text' string"
             )
         doc_id = str(record.get("doc_id") or record.get("id") or f"{name}:{line_no}")
-        metadata = dict(record.get("metadata") or {})
+        metadata = record.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise DocumentParseError(f"{name} line {line_no}: 'metadata' must be an object")
+        metadata = dict(metadata)
         if record.get("title"):
             metadata["title"] = record["title"]
         metadata["source"] = name

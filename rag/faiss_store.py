@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from rag.atomic import atomic_write_bytes
+from rag.errors import MissingDependencyError
 
 logger = logging.getLogger(__name__)
 
@@ -21,9 +22,21 @@ RowBatches = Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]
 """Yields (ids int64[n], vectors float32[n, dim]) batches of every stored vector."""
 
 
+def import_faiss() -> Any:
+    """The faiss module, or an error saying which package provides it."""
+    try:
+        import faiss
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "FAISS is not installed: pip install 'ragguard[cpu]' (faiss-cpu) or "
+            "'ragguard[gpu]' (faiss-gpu on a CUDA machine)"
+        ) from exc
+    return faiss
+
+
 def gpu_available() -> bool:
     """True when this faiss build has GPU support and sees a GPU (the faiss-gpu wheel)."""
-    import faiss
+    faiss = import_faiss()
 
     return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
 
@@ -47,20 +60,24 @@ class FaissStore:
     def file(self, generation: int) -> Path:
         return self.folder / f"vectors-{generation}.faiss"
 
-    def load(self, generation: int) -> None:
-        """Read the file of ``generation``; rebuild it from the database when it is missing."""
-        import faiss
+    def load(self, generation: int, num_vectors: int) -> None:
+        """Read the file of ``generation``; rebuild it from the database when it is missing,
+        unreadable, or does not hold ``num_vectors`` vectors."""
+        faiss = import_faiss()
 
         file = self.file(generation)
-        if file.is_file():
-            self._index = faiss.read_index(str(file))
-        else:
-            logger.info(
-                "%s: rebuilding FAISS generation %d from the database", self.folder, generation
-            )
-            self.rebuild()
-            self.persist(generation)
+        try:
+            index = faiss.read_index(str(file)) if file.is_file() else None
+        except RuntimeError:
+            logger.warning("%s: %s is unreadable", self.folder, file.name, exc_info=True)
+            index = None
         self._gpu_index = None
+        if index is not None and index.ntotal == num_vectors:
+            self._index = index
+            return
+        logger.info("%s: rebuilding FAISS generation %d from the database", self.folder, generation)
+        self.rebuild()
+        self.persist(generation)
 
     def rebuild(self) -> None:
         """Fill a fresh FAISS index from every stored vector."""
@@ -84,7 +101,7 @@ class FaissStore:
 
     def persist(self, generation: int) -> None:
         """Write the file of ``generation`` atomically, then drop older generations' files."""
-        import faiss
+        faiss = import_faiss()
 
         current = self.file(generation)
         atomic_write_bytes(current, faiss.serialize_index(self._index).tobytes())
@@ -103,13 +120,13 @@ class FaissStore:
         if not self._use_gpu:
             return self._index
         if self._gpu_index is None:
-            import faiss
+            faiss = import_faiss()
 
             self._gpu_index = faiss.index_cpu_to_all_gpus(self._index)
         return self._gpu_index
 
     def _new_index(self) -> Any:
-        import faiss
+        faiss = import_faiss()
 
         inner: Any
         if self.index_type == "hnsw":

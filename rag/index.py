@@ -115,7 +115,7 @@ class VectorIndex:
         self._meta = meta
         self._lock = threading.RLock()
         self._vectors = FaissStore(path, self.dimension, meta["index_type"], self._stored_vectors)
-        self._vectors.load(self.generation)
+        self._vectors.load(self.generation, self._num_stored_vectors())
 
     # ----------------------------------------------------------------- opening
     @classmethod
@@ -272,6 +272,7 @@ class VectorIndex:
         if query.shape != (self.dimension,):
             raise InvalidInputError(f"query vector must have shape ({self.dimension},)")
         with self._lock:
+            self._catch_up()
             hits = self._vectors.search(query, top_k)
             if not hits:
                 return []
@@ -304,6 +305,7 @@ class VectorIndex:
             removed_ids: list[int] = []
             added: list[tuple[int, np.ndarray]] = []
             with self._transaction():
+                self._catch_up()  # the write lock is held: nobody else can commit meanwhile
                 for doc_id in deletes:
                     removed_ids += self._delete_rows(doc_id)
                 for document, chunks, vectors in upserts:
@@ -319,7 +321,6 @@ class VectorIndex:
             try:
                 self._vectors.apply(removed_ids, added)
                 self._vectors.persist(generation)
-                self._write_manifest()
             except BaseException:
                 # The database is committed; bring the in-memory index back in line with it.
                 logger.exception(
@@ -327,13 +328,29 @@ class VectorIndex:
                 )
                 self._vectors.rebuild()
                 raise
+            self._write_manifest()
 
     def delete(self, doc_id: str) -> bool:
         """Delete one document; False when it was not there."""
-        if self.document(doc_id) is None:
-            return False
-        self.write(deletes=[doc_id])
-        return True
+        with self._lock:
+            if self.document(doc_id) is None:
+                return False
+            self.write(deletes=[doc_id])
+            return True
+
+    def _catch_up(self) -> None:
+        """Reload metadata and vectors if another process committed since we last looked."""
+        row = self._conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+        if row is not None and row[0] != self._meta["generation"]:
+            logger.info(
+                "index %s: generation %s was written elsewhere; reloading", self.name, row[0]
+            )
+            self._meta = dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
+            self._vectors.load(self.generation, self._num_stored_vectors())
+
+    def _num_stored_vectors(self) -> int:
+        count: int = self._conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+        return count
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -391,5 +408,9 @@ class VectorIndex:
             yield ids, vectors.reshape(len(rows), self.dimension)
 
     def _write_manifest(self) -> None:
+        """A readable copy of the metadata; derived, so failing to write it is only logged."""
         manifest = asdict(self.info())
-        atomic_write_bytes(self.path / "manifest.json", json.dumps(manifest, indent=2).encode())
+        try:
+            atomic_write_bytes(self.path / "manifest.json", json.dumps(manifest, indent=2).encode())
+        except OSError:
+            logger.warning("index %s: could not write manifest.json", self.name, exc_info=True)

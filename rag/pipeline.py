@@ -80,7 +80,10 @@ class Pipeline:
             raise InvalidInputError(f"unknown option: {exc}") from exc
         return self.ask_with(question, opts)
 
-    def ask_with(self, question: str, options: AskOptions) -> Result:
+    def ask_with(
+        self, question: str, options: AskOptions, *, request_id: str | None = None
+    ) -> Result:
+        """``ask`` with the options as one object; ``request_id`` ties logs to the caller's id."""
         s = self.settings
         question = question.strip()
         if not question:
@@ -91,14 +94,17 @@ class Pipeline:
                 f"at most {s.max_question_chars} are allowed"
             )
         index_name = options.index or s.index_name
-        top_k = options.top_k or s.top_k
+        top_k = s.top_k if options.top_k is None else options.top_k
         min_score = s.min_score if options.min_score is None else options.min_score
-        params = SamplingParams(
-            temperature=s.temperature if options.temperature is None else options.temperature,
-            max_tokens=options.max_tokens or s.max_tokens,
-            seed=options.seed,
-        )
-        request_id = uuid.uuid4().hex
+        try:
+            params = SamplingParams(
+                temperature=s.temperature if options.temperature is None else options.temperature,
+                max_tokens=s.max_tokens if options.max_tokens is None else options.max_tokens,
+                seed=options.seed,
+            )
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from exc
+        request_id = request_id or uuid.uuid4().hex
         started = time.perf_counter()
         collection = self.collections.get(index_name)
         retrieved = VectorRetriever(collection).retrieve(question, top_k)
@@ -117,7 +123,7 @@ class Pipeline:
                 request_id, question, NO_ANSWER, [], reason, timings, Usage(), index_name
             )
 
-        prompt = self.generator.apply_chat_template(build_messages(question, passages))
+        prompt = self._fit_prompt(question, passages, params.max_tokens)
         gen_started = time.perf_counter()
         output = self.generator.generate([prompt], params)[0]
         completion = output.outputs[0]
@@ -133,6 +139,21 @@ class Pipeline:
         return self._result(
             request_id, question, answer or NO_ANSWER, passages, reason, timings, usage, index_name
         )
+
+    def _fit_prompt(self, question: str, passages: list[Passage], max_tokens: int) -> str:
+        """The grounded prompt, dropping the least relevant passages (in place) until the prompt
+        and the answer fit the model's context window."""
+        room = self.generator.max_model_len - max_tokens
+        while True:
+            prompt = self.generator.apply_chat_template(build_messages(question, passages))
+            if self.generator.count_tokens(prompt) <= room:
+                return prompt
+            if len(passages) == 1:
+                raise InvalidInputError(
+                    f"the question and its best passage do not fit the model's "
+                    f"{self.generator.max_model_len}-token context with max_tokens={max_tokens}"
+                )
+            passages.pop()
 
     def _result(
         self,

@@ -70,3 +70,15 @@ def demo_pipeline(pipeline, demo_index_template):  # type: ignore[no-untyped-def
     """A pipeline whose default index is a fresh copy of the demo collection."""
     shutil.copytree(demo_index_template, pipeline.settings.index_dir / "demo")
     return pipeline
+
+
+def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
+    """Skip tests marked ``gpu`` on machines without CUDA."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -12,6 +13,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.errors import EngineError
 from rag.errors import RagGuardError
@@ -21,6 +23,7 @@ from rag.server.state import ServerState, ensure_demo_index
 from rag.settings import Settings
 
 logger = logging.getLogger(__name__)
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 
 def _load(state: ServerState) -> None:
@@ -53,10 +56,12 @@ def _add_exception_handlers(app: FastAPI) -> None:
         status = 422 if isinstance(exc, ValueError) else 500
         return _error(status, "invalid_input" if status == 422 else "engine_error", str(exc))
 
-    @app.exception_handler(ValueError)
-    async def value_error(request: Request, exc: ValueError) -> JSONResponse:
-        # Raised by parameter validation in the engine (e.g. SamplingParams): the caller's fault.
-        return _error(422, "invalid_input", str(exc))
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # Routing and framework errors (404 unknown route, 405, malformed multipart, ...).
+        response = _error(exc.status_code, "http_error", exc.detail)
+        response.headers.update(exc.headers or {})
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -101,7 +106,9 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
     async def request_id(
         request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
-        rid = request.headers.get("x-request-id") or uuid.uuid4().hex
+        given = request.headers.get("x-request-id", "")
+        rid = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        request.state.request_id = rid
         response = await call_next(request)
         response.headers["x-request-id"] = rid
         return response

@@ -29,7 +29,9 @@ class AskRequest(BaseModel):
     )
     max_tokens: int | None = Field(None, ge=1, le=4096, description="answer length limit")
     temperature: float | None = Field(None, ge=0.0, le=2.0, description="0 = greedy")
-    seed: int | None = Field(None, ge=0, description="sampling seed, for reproducible answers")
+    seed: int | None = Field(
+        None, ge=0, lt=2**63, description="sampling seed, for reproducible answers"
+    )
 
     def to_options(self) -> AskOptions:
         return AskOptions(

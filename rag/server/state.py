@@ -24,13 +24,14 @@ def demo_collection_path() -> Path:
 
 
 def ensure_demo_index(pipeline: Pipeline) -> bool:
-    """Build the demo index from the packaged documents when it does not exist yet."""
-    if DEMO_INDEX in pipeline.collections.names():
+    """Build the demo index from the packaged documents when it is missing or empty
+    (an empty one is what a first start interrupted before its commit leaves behind)."""
+    collection = pipeline.collections.get(DEMO_INDEX, create=True)
+    if collection.info().num_documents:
         return False
     from rag.documents import load_path
 
     logger.info("building the demo index from %s", demo_collection_path())
-    collection = pipeline.collections.get(DEMO_INDEX, create=True)
     collection.ingest(load_path(demo_collection_path()))
     return True
 

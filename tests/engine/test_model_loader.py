@@ -62,6 +62,14 @@ def test_a_hugging_face_model_directory_loads_and_generates(tmp_path: Path, gene
     generator.tokenizer.save_pretrained(tmp_path / "tiny")
     tiny = HFGenerator(EngineConfig(model=str(tmp_path / "tiny"), device="cpu"))
     assert tiny.model_name == "tiny" and tiny.max_model_len == 256
-    completion = tiny.generate(["hello"], SamplingParams(max_tokens=5))[0].outputs[0]
-    assert len(completion.token_ids) == 5 or completion.finish_reason == "stop"
+    out = tiny.generate(["hello world"], SamplingParams(max_tokens=5))[0]
+    ids = torch.tensor([out.prompt_token_ids])
+    reference = tiny.model.generate(
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=5, do_sample=False
+    )[0, ids.shape[1] :].tolist()
+    completion = out.outputs[0]
+    assert completion.token_ids == reference[: len(completion.token_ids)]
+    assert (
+        len(completion.token_ids) == 5 or reference[len(completion.token_ids)] in tiny.eos_token_ids
+    )
     assert len(completion.logprobs) == len(completion.token_ids)

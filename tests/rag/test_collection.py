@@ -75,3 +75,12 @@ def test_index_built_with_another_embedding_model_is_refused(tmp_path: Path, emb
     ).close()
     with pytest.raises(IndexMismatchError, match="bge-small"):
         registry(tmp_path, embedder).get("old")
+
+
+def test_an_interrupted_first_demo_build_is_completed(pipeline) -> None:  # type: ignore[no-untyped-def]
+    from rag.server.state import ensure_demo_index
+
+    pipeline.collections.get("demo", create=True)  # created, then "killed" before ingesting
+    assert ensure_demo_index(pipeline)
+    assert pipeline.collections.get("demo").info().num_documents >= 20
+    assert not ensure_demo_index(pipeline)

@@ -179,3 +179,43 @@ def test_process_killed_mid_write(tmp_path: Path, where: str, new_visible: bool)
     assert reopened.info().num_chunks == (5 if new_visible else 2)
     assert reopened.search(unit(10), 1)[0].chunk.chunk_id == "a#0"
     assert len(reopened.search(unit(10), 10)) == reopened.info().num_chunks
+
+
+def test_two_processes_writing_one_index_stay_consistent(tmp_path: Path) -> None:
+    """A server keeps the index open while `ragguard ingest` writes to it from another process."""
+    index = create(tmp_path / "ix")
+    index.write([doc("a", 2, 10)])
+    writer = textwrap.dedent(
+        """
+        import sys
+        import numpy as np
+        from pathlib import Path
+        from rag.index import VectorIndex
+        from rag.documents import Chunk, Document
+        index = VectorIndex.open(Path(sys.argv[1]))
+        rng = np.random.default_rng(7)
+        v = rng.standard_normal((1, 8)).astype(np.float32)
+        v /= np.linalg.norm(v)
+        index.write([(Document("other", "from another process"), [Chunk("other#0", "other", 0, "o")], v)])
+        """
+    )
+    subprocess.run([sys.executable, "-c", writer, str(tmp_path / "ix")], check=True)
+    other = np.random.default_rng(7).standard_normal(8).astype(np.float32)
+    other /= np.linalg.norm(other)
+    assert index.search(other, 1)[0].chunk.chunk_id == "other#0"  # seen without reopening
+    index.write([doc("b", 1, 70)])  # must not clobber the other process's generation
+    index.close()
+    reopened = VectorIndex.open(tmp_path / "ix")
+    assert {d.doc_id for d in reopened.documents()} == {"a", "other", "b"}
+    assert reopened.generation == 3
+    assert len(reopened.search(unit(10), 10)) == 4
+    assert reopened.search(other, 1)[0].chunk.chunk_id == "other#0"
+
+
+def test_corrupt_faiss_file_is_rebuilt_from_the_database(tmp_path: Path) -> None:
+    index = create(tmp_path / "ix")
+    index.write([doc("a", 3, 10)])
+    index.close()
+    (tmp_path / "ix" / "vectors-1.faiss").write_bytes(b"not a faiss index")
+    reopened = VectorIndex.open(tmp_path / "ix")
+    assert reopened.search(unit(11), 1)[0].chunk.chunk_id == "a#1"

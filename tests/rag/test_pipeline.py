@@ -70,3 +70,50 @@ def test_citation_attribution() -> None:
     assert attribute("I don't know.", passages) == []
     assert cited_numbers("see [3] and [1] and [3]") == [3, 1]
     assert is_declined("Sorry, I do not know.") and not is_declined("The cache stores keys.")
+
+
+def test_passages_are_dropped_until_the_prompt_fits_the_context(demo_pipeline, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    generator = demo_pipeline.generator
+    monkeypatch.setattr(generator, "max_model_len", 700)
+    result = demo_pipeline.ask(
+        "How do batching and the KV cache interact?", top_k=8, min_score=0.0, max_tokens=8
+    )
+    assert 1 <= len(result.passages) < 8
+    assert result.usage.prompt_tokens <= 700 - 8
+    scores = [p.score for p in result.passages]
+    assert scores == sorted(scores, reverse=True)  # the least relevant ones were dropped
+    with pytest.raises(InvalidInputError, match="do not fit"):
+        demo_pipeline.ask("What is a KV cache?", max_tokens=690)
+
+
+def test_invalid_sampling_values_are_input_errors(demo_pipeline) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InvalidInputError, match="temperature"):
+        demo_pipeline.ask("What is a KV cache?", temperature=9.0)
+    with pytest.raises(InvalidInputError, match="top_k"):
+        demo_pipeline.ask("What is a KV cache?", top_k=0)
+
+
+def test_asking_while_ingesting_from_other_threads(demo_pipeline) -> None:  # type: ignore[no-untyped-def]
+    """The server runs these concurrently: the shared embedder and index must cope."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rag.documents import Document
+
+    collection = demo_pipeline.collections.get("demo")
+    long_text = " ".join(f"Fact {i}: the cache line {i} holds {i * 7} bytes." for i in range(400))
+    docs = [Document(f"bulk-{n}", long_text + f" Variant {n}.") for n in range(6)]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        ingesting = pool.submit(collection.ingest, docs)
+        asking = [
+            pool.submit(demo_pipeline.ask, "What does a KV cache avoid recomputing?", max_tokens=4)
+            for _ in range(3)
+        ]
+        report = ingesting.result()
+        results = [f.result() for f in asking]
+    assert all(r.passages for r in results)
+    # Chunking ran beside embedding: every chunk is still within the size limit.
+    chunk_size = collection.info().chunk_size
+    assert report.num_chunks >= 6 * 2
+    for doc in docs:
+        for chunk in collection.chunker.split(doc):
+            assert len(demo_pipeline.embedder.tokenize(chunk.text)) <= chunk_size

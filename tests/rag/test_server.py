@@ -20,6 +20,11 @@ def client(demo_pipeline) -> Iterator[TestClient]:  # type: ignore[no-untyped-de
         yield http
 
 
+def index_state(client: TestClient) -> tuple[int, int, int]:
+    info = client.get("/v1/indexes/demo").json()
+    return info["num_documents"], info["num_chunks"], info["generation"]
+
+
 def num_documents(client: TestClient, index: str | None = None) -> int:
     params = {"index": index} if index else {}
     total: int = client.get("/v1/documents", params=params).json()["total"]
@@ -164,18 +169,46 @@ def test_new_index_is_created_by_posting_to_it(client: TestClient) -> None:
         ("delete", "/v1/documents/no-such-doc", {}, 404, "no-such-doc"),
         ("get", "/v1/documents?index=nope", {}, 404, "does not exist"),
         ("get", "/v1/indexes/nope", {}, 404, "does not exist"),
+        (
+            "post",
+            "/v1/documents",
+            {"files": {"file": ("m.jsonl", b'{"text": "t", "metadata": [1]}\n')}},
+            422,
+            "'metadata' must be an object",
+        ),
+        (
+            "post",
+            "/v1/documents",
+            {"files": {"file": ("broken.pdf", b"%PDF-1.4 nonsense")}},
+            422,
+            "not a readable PDF",
+        ),
+        ("post", "/v1/ask", {"json": {"question": "hi", "seed": 2**64}}, 422, "less than"),
+        (
+            "post",
+            "/v1/ask",
+            {"json": {"question": "hi", "max_tokens": 0}},
+            422,
+            "greater than or equal to 1",
+        ),
+        ("get", "/v1/no-such-route", {}, 404, "Not Found"),
+        ("put", "/v1/ask", {}, 405, "Method Not Allowed"),
     ],
 )
 def test_bad_input_gets_a_4xx_with_a_message_and_loses_nothing(
     client: TestClient, method: str, url: str, kwargs: dict, status: int, fragment: str
 ) -> None:
-    before = num_documents(client)
+    before = index_state(client)
     response = getattr(client, method)(url, **kwargs)
     assert response.status_code == status, response.text
     body = response.json()
     assert fragment in str(body["detail"]) and body["error"]
     assert "Traceback" not in response.text
-    assert num_documents(client) == before
+    assert index_state(client) == before
+    kept = client.post(
+        "/v1/ask", json={"question": "What does a KV cache avoid recomputing?", "max_tokens": 1}
+    )
+    assert kept.json()["passages"][0]["doc_id"] == "kv-cache.md"
 
 
 def test_a_request_without_content_length_is_refused(client: TestClient) -> None:
@@ -203,3 +236,26 @@ def test_model_routes_answer_503_while_loading(tmp_path: Path) -> None:
         response = http.post("/v1/ask", json={"question": "hi"})
         assert response.status_code == 503 and "failed to load" in response.json()["detail"]
         assert http.get("/healthz").status_code == 200
+
+
+def test_request_id_is_echoed_and_shared_with_the_result(client: TestClient) -> None:
+    response = client.post(
+        "/v1/ask",
+        json={"question": "What does a KV cache avoid recomputing?", "max_tokens": 4},
+        headers={"x-request-id": "trace-123"},
+    )
+    assert response.headers["x-request-id"] == "trace-123"
+    assert response.json()["request_id"] == "trace-123"
+
+
+def test_an_unreadable_index_is_left_out_of_the_listing(client: TestClient, demo_pipeline) -> None:  # type: ignore[no-untyped-def]
+    from rag.index import VectorIndex
+
+    index_dir = demo_pipeline.settings.index_dir
+    VectorIndex.create(
+        index_dir / "other-model", embedding_model="bge-small", dimension=384
+    ).close()
+    listed = client.get("/v1/indexes")
+    assert listed.status_code == 200
+    assert [i["name"] for i in listed.json()] == ["demo"]
+    assert client.get("/v1/indexes/other-model").status_code == 409

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
@@ -12,6 +13,7 @@ from starlette.datastructures import UploadFile
 from rag.documents import SUPPORTED_SUFFIXES, Document, parse_bytes
 from rag.errors import (
     InvalidInputError,
+    LengthRequiredError,
     PayloadTooLargeError,
     RagGuardError,
     UnsupportedFileTypeError,
@@ -26,6 +28,7 @@ from rag.server.schemas import (
 )
 from rag.server.state import PipelineDep, SettingsDep
 
+logger = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1", tags=["documents"])
 
 IndexQuery = Annotated[str | None, Query(description="index name; default: the server's index")]
@@ -57,11 +60,6 @@ _UPLOAD_BODY = {
 }
 
 
-class LengthRequiredError(RagGuardError):
-    status_code = 411
-    error_type = "length_required"
-
-
 async def _read_documents(request: Request, max_bytes: int) -> list[Document]:
     length = request.headers.get("content-length")
     if length is None:
@@ -78,18 +76,15 @@ async def _read_documents(request: Request, max_bytes: int) -> list[Document]:
             raise InvalidInputError(_validation_message(exc)) from exc
         return [Document(body.doc_id, body.text, body.metadata)]
     if content_type == "multipart/form-data":
-        form = await request.form(max_files=1, max_fields=4)
-        upload, doc_id = form.get("file"), form.get("doc_id")
-        if not isinstance(upload, UploadFile) or not upload.filename:
-            raise InvalidInputError("the multipart form needs a 'file' field holding the document")
-        data = await upload.read()
-        if len(data) > max_bytes:
-            raise PayloadTooLargeError(
-                f"the file has {len(data)} bytes; at most {max_bytes} are accepted"
-            )
-        return parse_bytes(
-            data, upload.filename, doc_id if isinstance(doc_id, str) and doc_id else None
-        )
+        async with request.form(max_files=1, max_fields=4) as form:
+            upload, doc_id = form.get("file"), form.get("doc_id")
+            if not isinstance(upload, UploadFile) or not upload.filename:
+                raise InvalidInputError(
+                    "the multipart form needs a 'file' field holding the document"
+                )
+            data, name = await upload.read(), upload.filename
+        chosen_id = doc_id if isinstance(doc_id, str) and doc_id else None
+        return await run_in_threadpool(parse_bytes, data, name, chosen_id)  # PDFs parse slowly
     raise UnsupportedFileTypeError(
         f"unsupported content type {content_type or 'none'!r}: send application/json "
         "({doc_id, text, metadata}) or multipart/form-data with a 'file' field"
@@ -130,16 +125,19 @@ async def list_documents(
 ) -> DocumentList:
     """Documents of an index, ordered by id."""
     name = index or settings.index_name
-    collection = await run_in_threadpool(pipeline.collections.get, name)
-    total = collection.info().num_documents
-    docs = await run_in_threadpool(collection.documents, offset=offset, limit=limit)
-    return DocumentList(
-        index=name,
-        total=total,
-        offset=offset,
-        limit=limit,
-        documents=[DocumentOut.from_info(d) for d in docs],
-    )
+
+    def page() -> DocumentList:
+        collection = pipeline.collections.get(name)
+        docs = collection.documents(offset=offset, limit=limit)
+        return DocumentList(
+            index=name,
+            total=collection.info().num_documents,
+            offset=offset,
+            limit=limit,
+            documents=[DocumentOut.from_info(d) for d in docs],
+        )
+
+    return await run_in_threadpool(page)
 
 
 @router.delete("/documents/{doc_id:path}", status_code=204, responses=_ERRORS)
@@ -154,13 +152,23 @@ async def delete_document(
 
 @router.get("/indexes", response_model=list[IndexOut], tags=["indexes"])
 async def list_indexes(pipeline: PipelineDep) -> list[IndexOut]:
-    """Every index built under the server's index folder."""
-    names = pipeline.collections.names()
-    return [IndexOut.from_info(pipeline.collections.get(n).info()) for n in names]
+    """Every readable index under the server's index folder (others are logged and skipped)."""
+
+    def describe_all() -> list[IndexOut]:
+        described = []
+        for name in pipeline.collections.names():
+            try:
+                described.append(IndexOut.from_info(pipeline.collections.get(name).info()))
+            except RagGuardError as exc:
+                logger.warning("index %s is not listed: %s", name, exc)
+        return described
+
+    return await run_in_threadpool(describe_all)
 
 
 @router.get("/indexes/{name}", response_model=IndexOut, tags=["indexes"], responses=_ERRORS)
 async def get_index(name: str, pipeline: PipelineDep) -> IndexOut:
     """How an index was built and what it holds."""
-    collection = await run_in_threadpool(pipeline.collections.get, name)
-    return IndexOut.from_info(collection.info())
+    return await run_in_threadpool(
+        lambda: IndexOut.from_info(pipeline.collections.get(name).info())
+    )
