@@ -113,7 +113,12 @@ def _convert_gguf(source: ModelSource, target: Path) -> None:
         for file in tmp.iterdir():
             with open(file, "rb") as handle:
                 os.fsync(handle.fileno())
-        os.replace(tmp, target)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if not (target / "config.json").is_file():
+                raise
+            shutil.rmtree(tmp)  # another process finished the same conversion first
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -93,11 +93,13 @@ class Collection:
             total=total, unit="chunk", desc=f"embedding into {self.name}", disable=not show_progress
         ) as bar:
             group: list[tuple[Document, list[Chunk]]] = []
+            num_group_chunks = 0
             for item in pending:
                 group.append(item)
-                if sum(len(c) for _, c in group) >= commit_every_chunks:
+                num_group_chunks += len(item[1])
+                if num_group_chunks >= commit_every_chunks:
                     self._embed_and_write(group, bar)
-                    group = []
+                    group, num_group_chunks = [], 0
             if group:
                 self._embed_and_write(group, bar)
         report.elapsed_s = time.perf_counter() - started

@@ -30,13 +30,24 @@ def test_missing_model_is_a_clear_error(tmp_path: Path) -> None:
         resolve_model(str(tmp_path))
 
 
-def test_gguf_is_converted_once_to_a_cached_safetensors_copy(generator) -> None:  # type: ignore[no-untyped-def]
+def test_gguf_is_converted_once_to_a_cached_safetensors_copy(generator, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from engine import model_loader
+
     converted = converted_gguf_dir(generator.source, generator.config.cache_dir)
     assert (converted / "config.json").is_file()
     assert list(converted.glob("*.safetensors"))
-    assert (converted / "tokenizer.json").is_file() or (
-        converted / "tokenizer_config.json"
-    ).is_file()
+
+    def no_conversion(*args: object) -> None:
+        raise AssertionError("the cached conversion should have been used")
+
+    monkeypatch.setattr(model_loader, "_convert_gguf", no_conversion)
+    model, tokenizer = model_loader.load_model_and_tokenizer(
+        generator.source, device="cpu", dtype="float32"
+    )
+    assert (
+        model.config.num_hidden_layers == 30
+        and tokenizer.eos_token == generator.tokenizer.eos_token
+    )
 
 
 def test_a_hugging_face_model_directory_loads_and_generates(tmp_path: Path, generator) -> None:  # type: ignore[no-untyped-def]
