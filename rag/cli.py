@@ -43,14 +43,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     device = EngineConfig(device=settings.device).resolved_device()
     embedder = Embedder(settings.embedding_model, device=device, allow_hub=settings.allow_hub)
-    registry = CollectionRegistry(
-        settings.index_dir,
-        embedder,
-        index_type=settings.index_type,
-        chunk_size=settings.chunk_size,
-        chunk_overlap=settings.chunk_overlap,
-        embed_batch_size=settings.embed_batch_size,
-    )
+    registry = CollectionRegistry.from_settings(settings, embedder)
     collection = registry.get(settings.index_name, create=True)
     documents = [doc for path in args.paths for doc in load_path(Path(path))]
     report = collection.ingest(documents, show_progress=not args.quiet)

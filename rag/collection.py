@@ -17,6 +17,7 @@ from rag.documents import Chunk, Chunker, Document
 from rag.embed import Embedder
 from rag.errors import DocumentNotFoundError, IndexNotFoundError, InvalidInputError
 from rag.index import DocumentInfo, IndexInfo, ScoredChunk, VectorIndex, delete_index
+from rag.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +154,18 @@ class CollectionRegistry:
         self.embed_batch_size = embed_batch_size
         self._open: dict[str, Collection] = {}
         self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, embedder: Embedder) -> CollectionRegistry:
+        """The registry of ``settings.index_dir``, building new indexes as the settings say."""
+        return cls(
+            settings.index_dir,
+            embedder,
+            index_type=settings.index_type,
+            chunk_size=settings.chunk_size,
+            chunk_overlap=settings.chunk_overlap,
+            embed_batch_size=settings.embed_batch_size,
+        )
 
     def names(self) -> list[str]:
         """Names of the indexes built under ``index_dir``."""

@@ -40,14 +40,7 @@ class Pipeline:
         self.settings = settings
         self.embedder = embedder
         self.generator = generator
-        self.collections = CollectionRegistry(
-            settings.index_dir,
-            embedder,
-            index_type=settings.index_type,
-            chunk_size=settings.chunk_size,
-            chunk_overlap=settings.chunk_overlap,
-            embed_batch_size=settings.embed_batch_size,
-        )
+        self.collections = CollectionRegistry.from_settings(settings, embedder)
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> Pipeline:
