@@ -31,12 +31,24 @@ class EngineConfig:
     allow_hub: bool = False
     """Allow downloading a model id from the Hugging Face hub."""
     seed: int = 0
+    block_size: int = 16
+    """Token positions per KV block."""
+    max_num_batched_tokens: int = 2048
+    """Token budget of one engine step (prefill chunks plus decodes)."""
+    kv_cache_memory_bytes: int = 1 << 30
+    """Memory the KV pool may use; the engine never grows past it."""
+    enable_prefix_caching: bool = True
+    """Reuse the KV of prompt blocks seen before (shared system prompts, repeated passages)."""
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {_DTYPES}, got {self.dtype!r}")
         if self.max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.block_size < 1 or self.max_num_batched_tokens < 1 or self.kv_cache_memory_bytes < 1:
+            raise ValueError(
+                "block_size, max_num_batched_tokens and kv_cache_memory_bytes must be >= 1"
+            )
 
     def resolved_device(self) -> str:
         """The concrete torch device string."""

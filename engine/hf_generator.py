@@ -19,17 +19,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from engine.config import EngineConfig
-from engine.errors import PromptTooLongError
 from engine.model_loader import ModelSource, load_model_and_tokenizer, resolve_model
 from engine.outputs import CompletionOutput, FinishReason, RequestOutput, RequestTiming
+from engine.prompts import Prompt, PromptTokenizer, eos_token_ids
 from engine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from transformers import LogitsProcessorList
 
 logger = logging.getLogger(__name__)
-
-Prompt = str | list[int]
 
 
 class _StepRecorder:
@@ -97,8 +95,8 @@ class HFGenerator:
         self.max_model_len = self.config.max_model_len or int(
             getattr(self.model.config, "max_position_embeddings", 2048)
         )
-        eos = self.model.generation_config.eos_token_id or self.tokenizer.eos_token_id
-        self.eos_token_ids: list[int] = list(eos) if isinstance(eos, list) else [int(eos)]
+        self.eos_token_ids = eos_token_ids(self.model.generation_config, self.tokenizer)
+        self.prompts = PromptTokenizer(self.tokenizer, self.max_model_len)
         self._lock = threading.Lock()
 
     @property
@@ -106,22 +104,13 @@ class HFGenerator:
         return self.source.name
 
     def apply_chat_template(self, messages: list[dict[str, str]]) -> str:
-        """Render chat messages into the model's prompt format, ready for the assistant turn."""
-        text = self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
-        )
-        return str(text)
+        return self.prompts.apply_chat_template(messages)
 
     def encode(self, prompt: str) -> list[int]:
-        """Token ids of a prompt (no BOS is added when the text already starts with it)."""
-        bos = self.tokenizer.bos_token
-        add_special = not (bos and prompt.startswith(bos))
-        ids: list[int] = self.tokenizer(prompt, add_special_tokens=add_special)["input_ids"]
-        return ids
+        return self.prompts.encode(prompt)
 
     def count_tokens(self, prompt: str) -> int:
-        """Length of a prompt in the model's tokens."""
-        return len(self.encode(prompt))
+        return self.prompts.count_tokens(prompt)
 
     def generate(
         self, prompts: Sequence[Prompt], params: SamplingParams | Sequence[SamplingParams]
@@ -134,7 +123,7 @@ class HFGenerator:
         if len(params_list) != len(prompts):
             raise ValueError(f"got {len(prompts)} prompts but {len(params_list)} sampling params")
         requests = [
-            (i, p if isinstance(p, str) else None, self._prompt_ids(p, sp), sp)
+            (i, p if isinstance(p, str) else None, self.prompts.prompt_ids(p, sp), sp)
             for i, (p, sp) in enumerate(zip(prompts, params_list, strict=True))
         ]
         # transformers runs one configuration per call: group equal parameters, then batch.
@@ -154,21 +143,6 @@ class HFGenerator:
                         out.prompt = text
                         results[index] = out
         return [results[i] for i in range(len(prompts))]
-
-    def _prompt_ids(self, prompt: Prompt, params: SamplingParams) -> list[int]:
-        ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        if not ids:
-            raise ValueError("prompt is empty")
-        room = self.max_model_len - params.max_tokens
-        if params.truncate_prompt_tokens is not None:
-            ids = ids[-min(params.truncate_prompt_tokens, max(room, 1)) :]
-        if len(ids) > room:
-            raise PromptTooLongError(
-                f"prompt has {len(ids)} tokens; with max_tokens={params.max_tokens} at most "
-                f"{max(room, 0)} fit the {self.max_model_len}-token context "
-                "(set truncate_prompt_tokens to keep the end of the prompt)"
-            )
-        return ids
 
     def _logits_processors(
         self, params: SamplingParams, prompt_len: int, recorder: _StepRecorder
@@ -286,7 +260,7 @@ class HFGenerator:
                 token_ids = token_ids[:pos]
                 finish_reason, stop_reason = FinishReason.STOP, token
                 break
-        text = str(self.tokenizer.decode(token_ids, skip_special_tokens=True))
+        text = self.prompts.decode(token_ids)
         if params.stop:
             hits = [(text.find(s), s) for s in params.stop if s in text]
             if hits:

@@ -124,6 +124,32 @@ def _convert_gguf(source: ModelSource, target: Path) -> None:
         raise
 
 
+def local_model_dir(source: ModelSource, cache_dir: Path | None = None) -> str:
+    """A directory transformers can load (a GGUF is converted to the cache once)."""
+    if source.gguf_file is None:
+        return source.directory
+    converted = converted_gguf_dir(source, cache_dir)
+    if not (converted / "config.json").is_file():
+        _convert_gguf(source, converted)
+    return str(converted)
+
+
+def load_state_dict(directory: Path) -> dict[str, Any]:
+    """Every tensor of a Hugging Face checkpoint directory (safetensors, else PyTorch .bin)."""
+    import torch
+    from safetensors.torch import load_file
+
+    files = sorted(directory.glob("*.safetensors"))
+    if files:
+        return {k: v for f in files for k, v in load_file(str(f)).items()}
+    bins = sorted(directory.glob("pytorch_model*.bin"))
+    if not bins:
+        raise ModelLoadError(f"no *.safetensors or pytorch_model*.bin weights in {directory}")
+    return {
+        k: v for f in bins for k, v in torch.load(f, map_location="cpu", weights_only=True).items()
+    }
+
+
 def load_model_and_tokenizer(
     source: ModelSource,
     *,
@@ -134,12 +160,7 @@ def load_model_and_tokenizer(
     """Load weights and tokenizer onto ``device`` in ``dtype`` (GGUF via the converted cache)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    directory = source.directory
-    if source.gguf_file is not None:
-        converted = converted_gguf_dir(source, cache_dir)
-        if not (converted / "config.json").is_file():
-            _convert_gguf(source, converted)
-        directory = str(converted)
+    directory = local_model_dir(source, cache_dir)
     local_only = not source.is_hub
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=local_only)

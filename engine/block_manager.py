@@ -1,0 +1,181 @@
+"""Paged KV cache bookkeeping: fixed-size blocks, reference counts, a free list, prefix caching.
+
+A block holds ``block_size`` consecutive token positions of one or more sequences. Sequences that
+share a prefix share its blocks (reference counted): the n samples of one request after ``fork``,
+and, with prefix caching, any request whose prompt starts with the same full blocks as one seen
+before. A full block is registered under a hash of its tokens and of every token before it only
+once its keys and values have been computed; a freed block keeps its hash until it is reused, so a
+repeated system prompt or the same retrieved passages are prefilled once.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from engine.sequence import Sequence
+
+
+@dataclass(slots=True)
+class Block:
+    block_id: int
+    ref_count: int = 0
+    hash: int | None = None
+    token_ids: tuple[int, ...] | None = None
+
+
+class BlockManager:
+    """Owns the KV blocks. The scheduler asks ``can_*`` first, then does it."""
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError(
+                f"need num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}"
+            )
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.free_block_ids: deque[int] = deque(range(num_blocks))
+        self.hash_to_block: dict[int, int] = {}
+        self.pending_copies: list[tuple[int, int]] = []
+        """(source, destination) block copies the model runner must make before the next step."""
+        self.num_prefix_queries = 0
+        self.num_prefix_hits = 0
+
+    # ------------------------------------------------------------------ state
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_block_ids)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - self.num_free_blocks
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        """Share of full prompt blocks found in the prefix cache."""
+        return self.num_prefix_hits / self.num_prefix_queries if self.num_prefix_queries else 0.0
+
+    def blocks_needed(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    @staticmethod
+    def chain_hash(previous: int | None, token_ids: tuple[int, ...]) -> int:
+        return hash((previous, token_ids))
+
+    # -------------------------------------------------------------- allocate
+    def can_allocate(self, seq: Sequence) -> bool:
+        """Enough free blocks for every token of ``seq`` (not counting prefix-cache hits)."""
+        return self.blocks_needed(len(seq)) <= self.num_free_blocks
+
+    def allocate(self, seq: Sequence) -> None:
+        """Give ``seq`` blocks for all its tokens, reusing cached prefix blocks."""
+        assert not seq.block_table, "sequence already holds blocks"
+        # The last token is always computed, so that there are logits to sample from.
+        num_matchable = (len(seq) - 1) // self.block_size if self.enable_prefix_caching else 0
+        previous: int | None = None
+        matching = True
+        num_hits = 0
+        for i in range(self.blocks_needed(len(seq))):
+            block_id = None
+            if matching and i < num_matchable:
+                tokens = tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
+                previous = self.chain_hash(previous, tokens)
+                self.num_prefix_queries += 1
+                block_id = self._lookup(previous, tokens)
+                if block_id is None:
+                    matching = False
+                else:
+                    num_hits += 1
+                    self.num_prefix_hits += 1
+            if block_id is None:
+                block_id = self._take_free_block()
+            self.blocks[block_id].ref_count += 1
+            seq.block_table.append(block_id)
+        seq.num_cached_tokens = num_hits * self.block_size
+        seq.num_computed_tokens = seq.num_cached_tokens
+
+    def _lookup(self, block_hash: int, tokens: tuple[int, ...]) -> int | None:
+        block_id = self.hash_to_block.get(block_hash)
+        if block_id is None or self.blocks[block_id].token_ids != tokens:
+            return None
+        if self.blocks[block_id].ref_count == 0:
+            self.free_block_ids.remove(block_id)  # resurrect a freed but still cached block
+        return block_id
+
+    def _take_free_block(self) -> int:
+        if not self.free_block_ids:
+            raise RuntimeError("no free KV blocks (the scheduler should have checked)")
+        block_id = self.free_block_ids.popleft()
+        block = self.blocks[block_id]
+        if block.hash is not None and self.hash_to_block.get(block.hash) == block_id:
+            del self.hash_to_block[block.hash]
+        block.hash, block.token_ids = None, None
+        return block_id
+
+    # ---------------------------------------------------------------- append
+    def can_append(self, seq: Sequence) -> bool:
+        """Is there room for the slot of ``seq``'s newest token?"""
+        return self._num_blocks_to_append(seq) <= self.num_free_blocks
+
+    def _num_blocks_to_append(self, seq: Sequence) -> int:
+        position = len(seq) - 1
+        index = position // self.block_size
+        if index >= len(seq.block_table):
+            return 1
+        return 1 if self.blocks[seq.block_table[index]].ref_count > 1 else 0  # copy on write
+
+    def append_slot(self, seq: Sequence) -> None:
+        """Make the newest token's slot writable: a new block, or a private copy of a shared one."""
+        index = (len(seq) - 1) // self.block_size
+        if index >= len(seq.block_table):
+            block_id = self._take_free_block()
+            self.blocks[block_id].ref_count = 1
+            seq.block_table.append(block_id)
+            return
+        shared = self.blocks[seq.block_table[index]]
+        if shared.ref_count > 1:
+            block_id = self._take_free_block()
+            self.blocks[block_id].ref_count = 1
+            shared.ref_count -= 1
+            seq.block_table[index] = block_id
+            self.pending_copies.append((shared.block_id, block_id))
+
+    # ------------------------------------------------------------ fork, free
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        """``child`` shares every block of ``parent`` (copy on write later)."""
+        child.block_table = list(parent.block_table)
+        for block_id in child.block_table:
+            self.blocks[block_id].ref_count += 1
+        child.num_computed_tokens = parent.num_computed_tokens
+        child.num_cached_tokens = parent.num_cached_tokens
+
+    def free(self, seq: Sequence) -> None:
+        """Release ``seq``'s blocks; unshared ones return to the free list (keeping their hash)."""
+        for block_id in reversed(seq.block_table):
+            block = self.blocks[block_id]
+            block.ref_count -= 1
+            assert block.ref_count >= 0, "block freed twice"
+            if block.ref_count == 0:
+                self.free_block_ids.append(block_id)
+        seq.block_table = []
+        seq.num_computed_tokens = 0
+        seq.num_cached_tokens = 0
+
+    def register_computed_blocks(self, seq: Sequence) -> None:
+        """Publish ``seq``'s full, computed blocks in the prefix cache."""
+        if not self.enable_prefix_caching:
+            return
+        previous: int | None = None
+        for i in range(seq.num_computed_tokens // self.block_size):
+            block = self.blocks[seq.block_table[i]]
+            tokens = tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
+            if block.hash is None:
+                block.hash = self.chain_hash(previous, tokens)
+                block.token_ids = tokens
+                self.hash_to_block.setdefault(block.hash, block.block_id)
+            previous = block.hash

@@ -1,0 +1,1 @@
+"""Building blocks of the engine's models: attention on paged KV, rotary embeddings, sampling."""

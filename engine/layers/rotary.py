@@ -1,0 +1,47 @@
+"""Rotary position embeddings (rotate-half layout, as in Hugging Face Llama checkpoints)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def inverse_frequencies(config: Any, head_dim: int) -> tuple[torch.Tensor, float]:
+    """(inv_freq, attention_scaling) for the config's rope type (default, llama3, yarn, ...)."""
+    params = dict(getattr(config, "rope_parameters", None) or {})
+    rope_type = params.get("rope_type", "default")
+    if rope_type == "default":
+        theta = float(params.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
+        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
+        return 1.0 / (theta**exponents), 1.0
+    # Scaled variants: use transformers' own definitions so that results match checkpoints.
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, "cpu")
+    return inv_freq.float(), float(scaling)
+
+
+class RotaryEmbedding(torch.nn.Module):
+    """Applies rotary embeddings to queries and keys at given positions."""
+
+    def __init__(self, config: Any, head_dim: int):
+        super().__init__()
+        inv_freq, self.attention_scaling = inverse_frequencies(config, head_dim)
+        self.inv_freq: torch.Tensor
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(
+        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """q: (tokens, heads, dim), k: (tokens, kv_heads, dim), positions: (tokens,)."""
+        freqs = positions.float()[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos = (emb.cos() * self.attention_scaling).to(q.dtype)[:, None, :]
+        sin = (emb.sin() * self.attention_scaling).to(q.dtype)[:, None, :]
+        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)

@@ -1,0 +1,143 @@
+"""Batched sampling: penalties, temperature, top-k, top-p, min-p, seeded draws, logprobs.
+
+All rows are processed together as tensors; only requests that need per-row work (a seed, a
+no-repeat n-gram size) add a small loop of bookkeeping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.sampling_params import SamplingParams
+
+
+@dataclass(slots=True)
+class SampleRow:
+    """One row of logits to sample from, with what its penalties need."""
+
+    params: SamplingParams
+    prompt_token_ids: list[int]
+    output_token_ids: list[int]
+    generator: torch.Generator | None = None
+
+
+@dataclass(slots=True)
+class SampleResult:
+    token_ids: list[int]
+    logprobs: list[float]
+    """Chosen tokens' log-probabilities under the raw (unpenalised, unwarped) distribution."""
+    top_logprobs: list[dict[int, float] | None]
+
+
+def _padded(rows: list[list[int]], device: torch.device) -> torch.Tensor:
+    width = max((len(r) for r in rows), default=0)
+    out = torch.full((len(rows), max(width, 1)), -1, dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            out[i, : len(r)] = torch.tensor(r)
+    return out.to(device)
+
+
+def _token_counts(rows: list[list[int]], vocab: int, device: torch.device) -> torch.Tensor:
+    """(rows, vocab) occurrence counts; -1 padding lands in a dropped extra column."""
+    ids = _padded(rows, device)
+    counts = torch.zeros(len(rows), vocab + 1, device=device)
+    counts.scatter_add_(
+        1, ids.clamp(min=-1) % (vocab + 1), torch.ones_like(ids, dtype=counts.dtype)
+    )
+    return counts[:, :vocab]
+
+
+def apply_penalties(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+    vocab = logits.shape[1]
+    rep = torch.tensor([r.params.repetition_penalty for r in rows], device=logits.device)
+    if bool((rep != 1.0).any()):
+        seen = (
+            _token_counts(
+                [r.prompt_token_ids + r.output_token_ids for r in rows], vocab, logits.device
+            )
+            > 0
+        )
+        penalised = torch.where(logits < 0, logits * rep[:, None], logits / rep[:, None])
+        logits = torch.where(seen, penalised, logits)
+    presence = torch.tensor([r.params.presence_penalty for r in rows], device=logits.device)
+    frequency = torch.tensor([r.params.frequency_penalty for r in rows], device=logits.device)
+    if bool((presence != 0).any() or (frequency != 0).any()):
+        counts = _token_counts([r.output_token_ids for r in rows], vocab, logits.device)
+        logits = logits - frequency[:, None] * counts - presence[:, None] * (counts > 0).float()
+    for i, r in enumerate(rows):
+        size = r.params.no_repeat_ngram_size
+        if size:
+            logits[i, banned_ngram_tokens(r.prompt_token_ids + r.output_token_ids, size)] = -float(
+                "inf"
+            )
+    return logits
+
+
+def banned_ngram_tokens(tokens: list[int], size: int) -> list[int]:
+    """Tokens that would complete an n-gram already present in ``tokens``."""
+    if len(tokens) < size:
+        return []
+    prefix = tuple(tokens[len(tokens) - size + 1 :])
+    return [
+        tokens[i + size - 1]
+        for i in range(len(tokens) - size + 1)
+        if tuple(tokens[i : i + size - 1]) == prefix
+    ]
+
+
+def apply_warpers(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+    """Temperature, top-k, top-p and min-p for sampled rows (greedy rows are left alone)."""
+    device = logits.device
+    temperature = torch.tensor([r.params.temperature or 1.0 for r in rows], device=device)
+    logits = logits / temperature[:, None]
+    vocab = logits.shape[1]
+    top_k = torch.tensor([r.params.top_k or vocab for r in rows], device=device).clamp(max=vocab)
+    if bool((top_k < vocab).any()):
+        kth = logits.sort(dim=-1, descending=True).values.gather(1, (top_k - 1)[:, None])
+        logits = logits.masked_fill(logits < kth, -float("inf"))
+    top_p = torch.tensor([r.params.top_p for r in rows], device=device)
+    if bool((top_p < 1.0).any()):
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        # Drop a token when the tokens before it already reach top_p (the first always stays).
+        drop_sorted = (cumulative - sorted_logits.softmax(dim=-1)) >= top_p[:, None]
+        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
+        logits = logits.masked_fill(drop, -float("inf"))
+    min_p = torch.tensor([r.params.min_p for r in rows], device=device)
+    if bool((min_p > 0).any()):
+        probs = logits.softmax(dim=-1)
+        threshold = probs.max(dim=-1, keepdim=True).values * min_p[:, None]
+        logits = logits.masked_fill(probs < threshold, -float("inf"))
+    return logits
+
+
+def sample(logits: torch.Tensor, rows: list[SampleRow]) -> SampleResult:
+    """Choose one token per row of ``logits`` (rows, vocab), float32."""
+    raw_logprobs = torch.log_softmax(logits, dim=-1)
+    processed = apply_penalties(logits.clone(), rows)
+    greedy = torch.tensor([r.params.is_greedy for r in rows], device=logits.device)
+    chosen = processed.argmax(dim=-1)
+    if not bool(greedy.all()):
+        probs = apply_warpers(processed, rows).softmax(dim=-1)
+        # Exponential race: argmax(p / E) with E ~ Exp(1) draws from p, one noise row per request.
+        noise = torch.empty_like(probs).exponential_()
+        for i, r in enumerate(rows):
+            if r.generator is not None and not r.params.is_greedy:
+                noise[i] = torch.empty(probs.shape[1], device=probs.device).exponential_(
+                    generator=r.generator
+                )
+        drawn = (probs / noise).argmax(dim=-1)
+        chosen = torch.where(greedy, chosen, drawn)
+    chosen_logprobs = raw_logprobs.gather(1, chosen[:, None])[:, 0]
+    tops: list[dict[int, float] | None] = [None] * len(rows)
+    wanted = max((r.params.logprobs or 0) for r in rows)
+    if wanted:
+        values, indices = raw_logprobs.topk(wanted, dim=-1)
+        for i, r in enumerate(rows):
+            if r.params.logprobs:
+                k = r.params.logprobs
+                tops[i] = dict(zip(indices[i, :k].tolist(), values[i, :k].tolist(), strict=True))
+    return SampleResult(chosen.tolist(), chosen_logprobs.tolist(), tops)

@@ -1,0 +1,327 @@
+"""``LLMEngine``: the synchronous core. ``step()`` is schedule -> run -> sample -> postprocess."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.block_manager import BlockManager
+from engine.config import EngineConfig
+from engine.errors import ModelLoadError
+from engine.layers.sampler import SampleRow, sample
+from engine.model_loader import load_state_dict, local_model_dir, resolve_model
+from engine.model_runner import ModelRunner
+from engine.models.llama import SUPPORTED_MODEL_TYPES, LlamaForCausalLM
+from engine.outputs import CompletionOutput, FinishReason, RequestOutput, RequestTiming
+from engine.prompts import Prompt, PromptTokenizer, eos_token_ids
+from engine.sampling_params import SamplingParams
+from engine.scheduler import Scheduler
+from engine.sequence import Sequence
+
+
+@dataclass(slots=True)
+class _Request:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    timing: RequestTiming
+    seqs: list[Sequence] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return len(self.seqs) == self.params.n and all(s.is_finished for s in self.seqs)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """Counters for the metrics endpoint."""
+
+    num_running: int
+    num_waiting: int
+    num_kv_blocks: int
+    num_kv_blocks_used: int
+    prefix_cache_hit_rate: float
+    num_preemptions: int
+    num_generated_tokens: int
+    generated_tokens_per_s: float
+
+
+class LLMEngine:
+    """Continuous batching over a paged KV cache for Llama-family models."""
+
+    def __init__(self, config: EngineConfig | None = None):
+        from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+        self.config = config = config or EngineConfig()
+        self.source = resolve_model(config.model, allow_hub=config.allow_hub)
+        directory = local_model_dir(self.source, config.cache_dir)
+        hf_config = AutoConfig.from_pretrained(directory, local_files_only=not self.source.is_hub)
+        if getattr(hf_config, "model_type", None) not in SUPPORTED_MODEL_TYPES:
+            raise ModelLoadError(
+                f"the engine runs {SUPPORTED_MODEL_TYPES} models, not {hf_config.model_type!r}: "
+                "use the transformers generator (RAGGUARD_GENERATOR=hf)"
+            )
+        tokenizer = AutoTokenizer.from_pretrained(
+            directory, local_files_only=not self.source.is_hub
+        )
+        try:
+            generation_config = GenerationConfig.from_pretrained(directory)
+        except OSError:
+            generation_config = None
+        self.eos_token_ids = eos_token_ids(generation_config, tokenizer)
+        self.device = config.resolved_device()
+        dtype = getattr(torch, config.resolved_dtype())
+        model = LlamaForCausalLM(hf_config)
+        model.load_weights(load_state_dict(Path(directory)))
+        self.model = model.to(device=self.device, dtype=dtype).eval()
+        self.max_model_len = config.max_model_len or int(hf_config.max_position_embeddings)
+        self.prompts = PromptTokenizer(tokenizer, self.max_model_len)
+        per_block = ModelRunner.kv_bytes_per_block(model, config.block_size, dtype)
+        num_blocks = max(1, config.kv_cache_memory_bytes // per_block)
+        self.block_manager = BlockManager(
+            num_blocks, config.block_size, config.enable_prefix_caching
+        )
+        self.scheduler = Scheduler(
+            self.block_manager,
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+        )
+        self.runner = ModelRunner(model, num_blocks, config.block_size, self.device, dtype)
+        self._requests: dict[str, _Request] = {}
+        self._lock = threading.RLock()
+        self._num_generated = 0
+        self._started = time.perf_counter()
+
+    # ------------------------------------------------------------- interface
+    @property
+    def model_name(self) -> str:
+        return self.source.name
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.prompts.tokenizer
+
+    def apply_chat_template(self, messages: list[dict[str, str]]) -> str:
+        return self.prompts.apply_chat_template(messages)
+
+    def count_tokens(self, prompt: str) -> int:
+        return self.prompts.count_tokens(prompt)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished
+
+    def add_request(
+        self, prompt: Prompt, params: SamplingParams, request_id: str | None = None
+    ) -> str:
+        """Queue a request; it joins the running batch at the next step with room for it."""
+        ids = self.prompts.prompt_ids(prompt, params)
+        needed = self.block_manager.blocks_needed(len(ids) + params.max_tokens)
+        if needed > self.block_manager.num_blocks:
+            raise ValueError(
+                f"a sequence of {len(ids)} prompt + {params.max_tokens} new tokens needs {needed} "
+                f"KV blocks; the pool has {self.block_manager.num_blocks}: raise "
+                "kv_cache_memory_bytes or lower max_tokens"
+            )
+        request_id = request_id or uuid.uuid4().hex
+        with self._lock:
+            if request_id in self._requests:
+                raise ValueError(f"request id {request_id!r} is already in use")
+            request = _Request(
+                request_id,
+                prompt if isinstance(prompt, str) else None,
+                ids,
+                params,
+                RequestTiming(arrival_time=time.perf_counter()),
+            )
+            seq = Sequence(request_id, 0, list(ids), len(ids), params)
+            seq.generator = self._generator(params, 0)
+            request.seqs.append(seq)
+            self._requests[request_id] = request
+            self.scheduler.add(seq)
+        return request_id
+
+    def abort(self, request_id: str) -> None:
+        """Stop a request and free its blocks; unknown ids are ignored."""
+        with self._lock:
+            request = self._requests.pop(request_id, None)
+            if request is None:
+                return
+            for seq in request.seqs:
+                if not seq.is_finished:
+                    seq.finish_reason = FinishReason.ABORT
+                    self.scheduler.finish(seq)
+
+    def generate(
+        self, prompts: Seq[Prompt], params: SamplingParams | Seq[SamplingParams]
+    ) -> list[RequestOutput]:
+        """Run the prompts to completion; outputs in the order of the prompts."""
+        params_list = (
+            [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+        )
+        if len(params_list) != len(prompts):
+            raise ValueError(f"got {len(prompts)} prompts but {len(params_list)} sampling params")
+        with self._lock:
+            ids = [self.add_request(p, sp) for p, sp in zip(prompts, params_list, strict=True)]
+            done: dict[str, RequestOutput] = {}
+            while len(done) < len(ids):
+                for out in self.step():
+                    if out.finished:
+                        done[out.request_id] = out
+            return [done[i] for i in ids]
+
+    def stats(self) -> EngineStats:
+        bm = self.block_manager
+        elapsed = time.perf_counter() - self._started
+        return EngineStats(
+            num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting),
+            num_kv_blocks=bm.num_blocks,
+            num_kv_blocks_used=bm.num_used_blocks,
+            prefix_cache_hit_rate=bm.prefix_cache_hit_rate,
+            num_preemptions=self.scheduler.num_preemptions,
+            num_generated_tokens=self._num_generated,
+            generated_tokens_per_s=self._num_generated / elapsed if elapsed > 0 else 0.0,
+        )
+
+    # ------------------------------------------------------------------ step
+    def step(self) -> list[RequestOutput]:
+        """One engine iteration; returns the requests that got new tokens (finished or not)."""
+        with self._lock:
+            batch = self.scheduler.schedule()
+            if not batch:
+                return []
+            now = time.perf_counter()
+            for seq, _ in batch.items:
+                timing = self._requests[seq.request_id].timing
+                timing.first_scheduled_time = timing.first_scheduled_time or now
+            self.runner.copy_blocks(self.block_manager.pending_copies)
+            self.block_manager.pending_copies.clear()
+            sampling, logits = self.runner.run(batch)
+            for seq, num_tokens in batch.items:
+                seq.num_computed_tokens += num_tokens
+                self.block_manager.register_computed_blocks(seq)
+            touched = self._sample_and_append(sampling, logits)
+            return [self._output(self._requests[r]) for r in touched if r in self._requests]
+
+    def _sample_and_append(self, sampling: list[Sequence], logits: torch.Tensor) -> list[str]:
+        rows: list[SampleRow] = []
+        targets: list[Sequence] = []
+        logit_rows: list[int] = []
+        for row, seq in enumerate(sampling):
+            request = self._requests[seq.request_id]
+            group = [seq]
+            if seq.num_output_tokens == 0 and len(request.seqs) < request.params.n:
+                group += self._fork(request, seq)  # the n samples share the prompt's blocks
+            for member in group:
+                rows.append(
+                    SampleRow(
+                        member.params,
+                        request.prompt_token_ids,
+                        member.output_token_ids,
+                        member.generator,
+                    )
+                )
+                targets.append(member)
+                logit_rows.append(row)
+        if not targets:
+            return []
+        result = sample(logits[torch.tensor(logit_rows, device=logits.device)], rows)
+        now = time.perf_counter()
+        touched: dict[str, None] = {}
+        for seq, token, logprob, top in zip(
+            targets, result.token_ids, result.logprobs, result.top_logprobs, strict=True
+        ):
+            seq.token_ids.append(token)
+            seq.logprobs.append(logprob)
+            if top is not None:
+                seq.top_logprobs.append(top)
+            seq.token_times.append(now)
+            self._num_generated += 1
+            timing = self._requests[seq.request_id].timing
+            timing.first_token_time = timing.first_token_time or now
+            self._check_stop(seq)
+            touched[seq.request_id] = None
+        return list(touched)
+
+    def _fork(self, request: _Request, parent: Sequence) -> list[Sequence]:
+        children = []
+        for index in range(len(request.seqs), request.params.n):
+            child = Sequence(
+                request.request_id,
+                index,
+                list(parent.token_ids),
+                parent.num_prompt_tokens,
+                request.params,
+            )
+            child.generator = self._generator(request.params, index)
+            self.block_manager.fork(parent, child)
+            self.scheduler.add_running(child)
+            request.seqs.append(child)
+            children.append(child)
+        return children
+
+    def _generator(self, params: SamplingParams, index: int) -> torch.Generator | None:
+        if params.seed is None or params.is_greedy:
+            return None
+        return torch.Generator(device=self.device).manual_seed(params.seed + index)
+
+    def _check_stop(self, seq: Sequence) -> None:
+        params, token = seq.params, seq.token_ids[-1]
+        if token in self.eos_token_ids or token in params.stop_token_ids:
+            seq.token_ids.pop()  # the stop token is not part of the completion
+            seq.logprobs.pop()
+            if seq.top_logprobs:
+                seq.top_logprobs.pop()
+            seq.finish_reason, seq.stop_reason = FinishReason.STOP, token
+        elif params.stop and (hit := self._find_stop_string(seq)) is not None:
+            seq.finish_reason, seq.stop_reason = FinishReason.STOP, hit
+        elif seq.num_output_tokens >= params.max_tokens or len(seq) >= self.max_model_len:
+            seq.finish_reason = FinishReason.LENGTH
+        else:
+            return
+        self.scheduler.finish(seq)
+
+    def _find_stop_string(self, seq: Sequence) -> str | None:
+        text = self.prompts.decode(seq.output_token_ids)
+        hits = [(text.find(s), s) for s in seq.params.stop if s in text]
+        return min(hits)[1] if hits else None
+
+    def _output(self, request: _Request) -> RequestOutput:
+        completions = []
+        for seq in request.seqs:
+            text = self.prompts.decode(seq.output_token_ids)
+            if isinstance(seq.stop_reason, str):
+                text = text[: text.find(seq.stop_reason)]
+            completions.append(
+                CompletionOutput(
+                    index=seq.index,
+                    text=text,
+                    token_ids=seq.output_token_ids,
+                    logprobs=list(seq.logprobs),
+                    finish_reason=seq.finish_reason,
+                    stop_reason=seq.stop_reason,
+                    top_logprobs=list(seq.top_logprobs) if seq.params.logprobs else None,
+                )
+            )
+        finished = request.finished
+        timing = request.timing
+        timing.token_times = list(request.seqs[0].token_times)
+        if finished:
+            timing.finished_time = time.perf_counter()
+            del self._requests[request.request_id]
+        return RequestOutput(
+            request.request_id,
+            request.prompt,
+            request.prompt_token_ids,
+            completions,
+            finished,
+            timing,
+        )

@@ -1,0 +1,168 @@
+"""Llama-family decoder (Llama, SmolLM2, Mistral, Qwen2) on a paged KV cache.
+
+Parameter names follow the Hugging Face checkpoints, so a ``safetensors`` state dict loads with
+``load_state_dict`` unchanged. Grouped-query attention, tied embeddings, qkv bias (Qwen2) and the
+rope scalings transformers defines (llama3, yarn, ...) are supported.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.layers.attention import AttentionMetadata, paged_attention, write_kv
+from engine.layers.rotary import RotaryEmbedding
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm computed in float32, as the reference implementation does."""
+
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: Any, head_dim: int, qkv_bias: bool):
+        super().__init__()
+        hidden = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = head_dim
+        self.q_proj = nn.Linear(hidden, self.num_heads * head_dim, bias=qkv_bias)
+        self.k_proj = nn.Linear(hidden, self.num_kv_heads * head_dim, bias=qkv_bias)
+        self.v_proj = nn.Linear(hidden, self.num_kv_heads * head_dim, bias=qkv_bias)
+        self.o_proj = nn.Linear(self.num_heads * head_dim, hidden, bias=False)
+        self.rotary = RotaryEmbedding(config, head_dim)
+        self.scale = head_dim**-0.5
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        kv_cache: tuple[torch.Tensor, torch.Tensor],
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        n = x.shape[0]
+        q = self.q_proj(x).view(n, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(n, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(n, self.num_kv_heads, self.head_dim)
+        q, k = self.rotary(positions, q, k)
+        k_cache, v_cache = kv_cache
+        write_kv(k_cache, meta.slot_mapping, k)
+        write_kv(v_cache, meta.slot_mapping, v)
+        out = paged_attention(q, k_cache, v_cache, meta, self.scale)
+        return self.o_proj(out.reshape(n, self.num_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: Any):
+        super().__init__()
+        hidden, inner = config.hidden_size, config.intermediate_size
+        self.gate_proj = nn.Linear(hidden, inner, bias=False)
+        self.up_proj = nn.Linear(hidden, inner, bias=False)
+        self.down_proj = nn.Linear(inner, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: Any, head_dim: int, qkv_bias: bool):
+        super().__init__()
+        self.self_attn = Attention(config, head_dim, qkv_bias)
+        self.mlp = MLP(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        kv_cache: tuple[torch.Tensor, torch.Tensor],
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), positions, kv_cache, meta)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config: Any, head_dim: int, qkv_bias: bool):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, head_dim, qkv_bias) for _ in range(config.num_hidden_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class LlamaForCausalLM(nn.Module):
+    """``forward(input_ids, positions, kv_caches, meta) -> hidden``; ``logits(hidden)``."""
+
+    def __init__(self, config: Any):
+        super().__init__()
+        model_type = getattr(config, "model_type", "llama")
+        if model_type not in SUPPORTED_MODEL_TYPES:
+            raise ValueError(f"model type {model_type!r} is not one of {SUPPORTED_MODEL_TYPES}")
+        self.config = config
+        self.head_dim = int(
+            getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        )
+        qkv_bias = model_type == "qwen2" or bool(getattr(config, "attention_bias", False))
+        self.model = LlamaModel(config, self.head_dim, qkv_bias)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
+        if self.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.model.layers)
+
+    @property
+    def num_kv_heads(self) -> int:
+        return int(self.config.num_key_value_heads)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        """Final hidden states (num_tokens, hidden) of the flat batch."""
+        x = self.model.embed_tokens(input_ids)
+        for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
+            x = layer(x, positions, kv_cache, meta)
+        return self.model.norm(x)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Vocabulary logits in float32."""
+        return self.lm_head(hidden).float()
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Load a Hugging Face state dict (a missing lm_head means tied embeddings)."""
+        state = dict(state_dict)
+        if self.tie_word_embeddings:
+            state.pop("lm_head.weight", None)
+        state = {k: v for k, v in state.items() if not k.endswith("rotary_emb.inv_freq")}
+        missing, unexpected = self.load_state_dict(state, strict=False)
+        missing = [m for m in missing if not (self.tie_word_embeddings and m == "lm_head.weight")]
+        missing = [m for m in missing if not m.endswith("rotary.inv_freq")]
+        if missing or unexpected:
+            raise ValueError(
+                "weights do not match the model: "
+                f"missing {missing[:5]}, unexpected {unexpected[:5]}"
+            )

@@ -1,0 +1,65 @@
+"""One sequence's mutable state: its tokens, its KV blocks and where it is in its life."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.outputs import FinishReason
+from engine.sampling_params import SamplingParams
+
+_ids = itertools.count()
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(slots=True, eq=False)
+class Sequence:
+    """Prompt plus generated tokens of one completion; the scheduler's unit of work."""
+
+    request_id: str
+    index: int
+    """Which of the request's n completions this is."""
+    token_ids: list[int]
+    num_prompt_tokens: int
+    params: SamplingParams
+    seq_id: int = field(default_factory=lambda: next(_ids))
+    status: SequenceStatus = SequenceStatus.WAITING
+    block_table: list[int] = field(default_factory=list)
+    num_computed_tokens: int = 0
+    """Tokens whose keys and values are in the cache."""
+    num_cached_tokens: int = 0
+    """Of those, how many were found in the prefix cache instead of computed."""
+    logprobs: list[float] = field(default_factory=list)
+    top_logprobs: list[dict[int, float]] = field(default_factory=list)
+    token_times: list[float] = field(default_factory=list)
+    finish_reason: FinishReason | None = None
+    stop_reason: str | int | None = None
+    generator: torch.Generator | None = None
+    """Per-sequence random generator when the request has a seed."""
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        return len(self.token_ids) - self.num_computed_tokens
