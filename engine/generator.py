@@ -9,7 +9,7 @@ from engine.config import EngineConfig
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 
-BACKENDS = ("hf",)
+BACKENDS = ("engine", "hf")
 
 
 @runtime_checkable
@@ -34,7 +34,13 @@ class Generator(Protocol):
 
 
 def build_generator(config: EngineConfig, backend: str = "hf") -> Generator:
-    """Load the model named by ``config`` behind the chosen backend."""
+    """Load the model named by ``config`` behind the chosen backend: ``engine`` (ours: paged KV,
+    continuous batching) or ``hf`` (``transformers.generate``, the baseline and the fallback for
+    architectures the engine does not implement)."""
+    if backend == "engine":
+        from engine.llm_engine import LLMEngine
+
+        return LLMEngine(config)
     if backend == "hf":
         from engine.hf_generator import HFGenerator
 

@@ -96,6 +96,7 @@ class LLMEngine:
         )
         self.runner = ModelRunner(model, num_blocks, config.block_size, self.device, dtype)
         self._requests: dict[str, _Request] = {}
+        self._finished_elsewhere: dict[str, RequestOutput] = {}
         self._lock = threading.RLock()
         self._num_generated = 0
         self._started = time.perf_counter()
@@ -168,14 +169,38 @@ class LLMEngine:
         )
         if len(params_list) != len(prompts):
             raise ValueError(f"got {len(prompts)} prompts but {len(params_list)} sampling params")
-        with self._lock:
-            ids = [self.add_request(p, sp) for p, sp in zip(prompts, params_list, strict=True)]
-            done: dict[str, RequestOutput] = {}
-            while len(done) < len(ids):
+        ids: list[str] = []
+        try:
+            for prompt, sp in zip(prompts, params_list, strict=True):
+                ids.append(self.add_request(prompt, sp))
+            return self._run_until_finished(ids)
+        except BaseException:
+            for request_id in ids:
+                self.abort(request_id)
+            raise
+
+    def _run_until_finished(self, request_ids: list[str]) -> list[RequestOutput]:
+        """Step until these requests finish. Several threads may call this at once: whoever
+        holds the lock steps for everybody (so concurrent callers share batches) and leaves
+        the others' finished outputs for them to collect."""
+        pending = set(request_ids)
+        done: dict[str, RequestOutput] = {}
+        while pending:
+            with self._lock:
+                for request_id in [r for r in pending if r in self._finished_elsewhere]:
+                    done[request_id] = self._finished_elsewhere.pop(request_id)
+                    pending.discard(request_id)
+                if not pending:
+                    break
                 for out in self.step():
-                    if out.finished:
+                    if not out.finished:
+                        continue
+                    if out.request_id in pending:
                         done[out.request_id] = out
-            return [done[i] for i in ids]
+                        pending.discard(out.request_id)
+                    else:
+                        self._finished_elsewhere[out.request_id] = out
+        return [done[i] for i in request_ids]
 
     def stats(self) -> EngineStats:
         bm = self.block_manager

@@ -54,6 +54,8 @@ class Pipeline:
             dtype=settings.dtype,
             device=settings.device,
             max_num_seqs=settings.max_batch_size,
+            max_num_batched_tokens=settings.max_num_batched_tokens,
+            kv_cache_memory_bytes=settings.kv_cache_memory_mb << 20,
             cache_dir=settings.model_cache_dir,
             allow_hub=settings.allow_hub,
         )

@@ -21,14 +21,20 @@ class Settings(BaseSettings):
     embedding_model: str | None = Field(
         None, description="sentence-transformers dir; empty = all-MiniLM-L6-v2"
     )
-    generator: Literal["hf"] = Field("hf", description="generation backend")
+    generator: Literal["engine", "hf"] = Field(
+        "engine", description="engine (paged KV, continuous batching) or hf (transformers)"
+    )
     device: str = Field("auto", description="auto, cpu, cuda, cuda:N")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     allow_hub: bool = Field(False, description="allow downloading models from the Hugging Face hub")
     model_cache_dir: Path | None = Field(
         None, description="converted-weights cache; default ~/.cache/ragguard/models"
     )
-    max_batch_size: int = Field(8, ge=1, le=256, description="sequences generated together")
+    max_batch_size: int = Field(32, ge=1, le=1024, description="sequences generated together")
+    max_num_batched_tokens: int = Field(
+        2048, ge=16, le=65536, description="engine token budget per step"
+    )
+    kv_cache_memory_mb: int = Field(1024, ge=1, description="engine KV cache memory budget (MiB)")
 
     # Index and ingestion
     index_dir: Path = Field(Path("indexes"), description="folder holding one sub-folder per index")

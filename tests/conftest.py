@@ -31,6 +31,17 @@ def generator():  # type: ignore[no-untyped-def]
     return HFGenerator(EngineConfig(device="cpu", dtype="float32"))
 
 
+@pytest.fixture(scope="session")
+def llm_engine():  # type: ignore[no-untyped-def]
+    """Our engine on the default model: the pipeline's default generator."""
+    from engine import EngineConfig
+    from engine.llm_engine import LLMEngine
+
+    return LLMEngine(
+        EngineConfig(device="cpu", dtype="float32", max_num_seqs=8, kv_cache_memory_bytes=128 << 20)
+    )
+
+
 @pytest.fixture
 def settings(tmp_path: Path):  # type: ignore[no-untyped-def]
     from rag.settings import Settings
@@ -39,10 +50,10 @@ def settings(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def pipeline(settings, embedder, generator) -> Iterator[object]:  # type: ignore[no-untyped-def]
+def pipeline(settings, embedder, llm_engine) -> Iterator[object]:  # type: ignore[no-untyped-def]
     from rag.pipeline import Pipeline
 
-    pipe = Pipeline(settings, embedder, generator)
+    pipe = Pipeline(settings, embedder, llm_engine)
     yield pipe
     pipe.close()
 

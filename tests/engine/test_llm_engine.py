@@ -35,11 +35,9 @@ QUESTIONS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def engine() -> LLMEngine:
-    return LLMEngine(
-        EngineConfig(device="cpu", dtype="float32", max_num_seqs=8, kv_cache_memory_bytes=128 << 20)
-    )
+@pytest.fixture
+def engine(llm_engine) -> LLMEngine:  # type: ignore[no-untyped-def]
+    return llm_engine  # type: ignore[no-any-return]
 
 
 def chat(engine: LLMEngine, question: str) -> str:

@@ -1,0 +1,111 @@
+"""``AsyncEngine``: the engine stepped by a background thread, streamed to asyncio callers.
+
+``async for output in engine.generate(prompt, params)`` yields a ``RequestOutput`` after every
+step that added tokens to the request; the last one has ``finished=True``. Leaving the loop early
+(a ``break``, a cancelled task, a client that disconnected) aborts the request and frees its KV
+blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import uuid
+from collections.abc import AsyncIterator
+
+from engine.config import EngineConfig
+from engine.llm_engine import EngineStats, LLMEngine
+from engine.outputs import RequestOutput
+from engine.prompts import Prompt
+from engine.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
+
+
+class AsyncEngine:
+    """Asynchronous client interface: ``generate``, ``abort``, ``check_health``, ``stats``."""
+
+    def __init__(self, engine: LLMEngine | EngineConfig | None = None):
+        self.engine = engine if isinstance(engine, LLMEngine) else LLMEngine(engine)
+        self._streams: dict[
+            str, tuple[asyncio.AbstractEventLoop, asyncio.Queue[RequestOutput | BaseException]]
+        ] = {}
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="ragguard-engine", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------- interface
+    async def generate(
+        self, prompt: Prompt, params: SamplingParams, request_id: str | None = None
+    ) -> AsyncIterator[RequestOutput]:
+        """Stream the request's outputs as tokens arrive."""
+        self.check_health()
+        request_id = request_id or uuid.uuid4().hex
+        queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
+        self._streams[request_id] = (asyncio.get_running_loop(), queue)
+        finished = False
+        try:
+            self.engine.add_request(prompt, params, request_id)
+            self._wake.set()
+            while True:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                finished = item.finished
+                yield item
+                if finished:
+                    return
+        finally:
+            self._streams.pop(request_id, None)
+            if not finished:
+                self.engine.abort(request_id)
+
+    async def generate_full(self, prompt: Prompt, params: SamplingParams) -> RequestOutput:
+        """The finished output only."""
+        last = None
+        async for output in self.generate(prompt, params):
+            last = output
+        assert last is not None and last.finished
+        return last
+
+    def abort(self, request_id: str) -> None:
+        self.engine.abort(request_id)
+
+    def check_health(self) -> None:
+        """Raise if the engine loop has died."""
+        if self._error is not None:
+            raise RuntimeError(f"the engine loop failed: {self._error!r}") from self._error
+        if self._stopped.is_set():
+            raise RuntimeError("the engine is shut down")
+
+    def stats(self) -> EngineStats:
+        return self.engine.stats()
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+        self._thread.join(timeout=10)
+
+    # ------------------------------------------------------------------ loop
+    def _loop(self) -> None:
+        while not self._stopped.is_set():
+            if not self.engine.has_unfinished_requests():
+                self._wake.wait(timeout=0.5)
+                self._wake.clear()
+                continue
+            try:
+                outputs = self.engine.step()
+            except BaseException as exc:  # deliver to every waiting caller, then stop
+                logger.exception("engine step failed")
+                self._error = exc
+                for loop, queue in list(self._streams.values()):
+                    loop.call_soon_threadsafe(queue.put_nowait, exc)
+                return
+            for out in outputs:
+                stream = self._streams.get(out.request_id)
+                if stream is not None:
+                    loop, queue = stream
+                    loop.call_soon_threadsafe(queue.put_nowait, out)
