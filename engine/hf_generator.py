@@ -196,6 +196,7 @@ class HFGenerator:
             do_sample=not params.is_greedy,
             **neutral,
             max_new_tokens=params.max_tokens,
+            min_new_tokens=params.max_tokens if params.ignore_eos else None,
             num_return_sequences=num_return,
             eos_token_id=stop_ids,
             pad_token_id=pad_id,

@@ -300,7 +300,8 @@ class LLMEngine:
 
     def _check_stop(self, seq: Sequence) -> None:
         params, token = seq.params, seq.token_ids[-1]
-        if token in self.eos_token_ids or token in params.stop_token_ids:
+        is_eos = token in self.eos_token_ids and not params.ignore_eos
+        if is_eos or token in params.stop_token_ids:
             seq.token_ids.pop()  # the stop token is not part of the completion
             seq.logprobs.pop()
             if seq.top_logprobs:

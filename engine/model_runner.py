@@ -24,8 +24,7 @@ class ModelRunner:
         self.model = model
         self.block_size = block_size
         self.device = torch.device(device)
-        num_slots = num_blocks * block_size
-        shape = (num_slots, model.num_kv_heads, model.head_dim)
+        shape = (num_blocks, block_size, model.num_kv_heads, model.head_dim)
         self.kv_caches = [
             (
                 torch.zeros(shape, dtype=dtype, device=self.device),
@@ -43,18 +42,11 @@ class ModelRunner:
         """Copy-on-write: duplicate the KV of whole blocks (source -> destination)."""
         if not copies:
             return
-        offsets = torch.arange(self.block_size, device=self.device)
-        src = (
-            torch.tensor([s for s, _ in copies], device=self.device)[:, None] * self.block_size
-            + offsets
-        )
-        dst = (
-            torch.tensor([d for _, d in copies], device=self.device)[:, None] * self.block_size
-            + offsets
-        )
+        src = torch.tensor([s for s, _ in copies], device=self.device)
+        dst = torch.tensor([d for _, d in copies], device=self.device)
         for k_cache, v_cache in self.kv_caches:
-            k_cache[dst.flatten()] = k_cache[src.flatten()]
-            v_cache[dst.flatten()] = v_cache[src.flatten()]
+            k_cache[dst] = k_cache[src]
+            v_cache[dst] = v_cache[src]
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> tuple[list[Sequence], torch.Tensor]:
@@ -91,7 +83,7 @@ class ModelRunner:
         dev = self.device
         pos = torch.tensor(positions, dtype=torch.long)
         num_seqs = len(batch.items)
-        max_q, max_ctx = max(query_lens), max(context_lens)
+        max_q = max(query_lens)
         width = max(len(t) for t in block_tables)
         tables = torch.zeros(num_seqs, width, dtype=torch.long)
         for i, t in enumerate(block_tables):
@@ -106,8 +98,7 @@ class ModelRunner:
         query_index = torch.where(
             offsets[None, :] < q_lens[:, None], starts[:, None] + offsets[None, :], 0
         )
-        key_pos = torch.arange(max_ctx)
-        context_slots = tables[:, (key_pos // bs).clamp(max=width - 1)] * bs + key_pos % bs
+        key_pos = torch.arange(width * bs)
         query_pos = (ctx_lens - q_lens)[:, None] + offsets[
             None, :
         ]  # absolute position of each query
@@ -117,7 +108,7 @@ class ModelRunner:
         meta = AttentionMetadata(
             slot_mapping=slot_mapping.to(dev),
             query_index=query_index.to(dev),
-            context_slots=context_slots.to(dev),
+            block_tables=tables.to(dev),
             attn_mask=mask[:, None].to(dev),
             token_batch=token_batch.to(dev),
             token_offset=token_offset.to(dev),

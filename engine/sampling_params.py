@@ -48,6 +48,8 @@ class SamplingParams:
     """Forbid repeating any n-gram of this size; 0 disables."""
     logprobs: int | None = None
     """Also return this many top alternatives per token (the chosen token's is always kept)."""
+    ignore_eos: bool = False
+    """Keep generating past end-of-sequence tokens (benchmarks with fixed output lengths)."""
     truncate_prompt_tokens: int | None = None
     """If set, keep only the last this-many prompt tokens instead of failing on long prompts."""
 

@@ -1,9 +1,10 @@
 """Attention over a paged KV cache.
 
-The KV cache of one layer is two tensors of shape (num_slots, num_kv_heads, head_dim), where a
-slot is one token position of one block (slot = block_id * block_size + offset). Each step writes
-the new tokens' keys and values into their slots, then gathers every sequence's context from its
-slots into a padded batch and runs one ``scaled_dot_product_attention`` for the whole batch.
+The KV cache of one layer is two tensors of shape (num_blocks, block_size, num_kv_heads,
+head_dim); a slot is one token position of one block (slot = block_id * block_size + offset).
+Each step writes the new tokens' keys and values into their slots, then gathers every sequence's
+blocks (whole blocks: a few large copies rather than one per token) into a padded batch and runs
+one ``scaled_dot_product_attention`` for the whole batch, masked to each sequence's context.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ class AttentionMetadata:
     """(num_tokens,) cache slot of each new token."""
     query_index: torch.Tensor
     """(batch, max_query_len) flat row of each query token (padding points at row 0)."""
-    context_slots: torch.Tensor
-    """(batch, max_context_len) cache slot of every context position (padding: slot 0)."""
+    block_tables: torch.Tensor
+    """(batch, max_blocks) KV blocks of each sequence, in order (padding: block 0)."""
     attn_mask: torch.Tensor
-    """(batch, 1, max_query_len, max_context_len) True where a query may attend a key."""
+    """(batch, 1, max_query_len, max_blocks * block_size) True where a query may attend a key."""
     token_batch: torch.Tensor
     """(num_tokens,) sequence of each flat token."""
     token_offset: torch.Tensor
@@ -38,7 +39,7 @@ class AttentionMetadata:
 
 def write_kv(cache: torch.Tensor, slots: torch.Tensor, values: torch.Tensor) -> None:
     """Store new keys or values (num_tokens, heads, dim) in their cache slots."""
-    cache.index_copy_(0, slots, values.to(cache.dtype))
+    cache.view(-1, *cache.shape[2:]).index_copy_(0, slots, values.to(cache.dtype))
 
 
 def paged_attention(
@@ -49,10 +50,12 @@ def paged_attention(
     scale: float,
 ) -> torch.Tensor:
     """Attention of flat queries (num_tokens, heads, dim) over each sequence's cached context."""
-    num_heads, num_kv_heads = q.shape[1], k_cache.shape[1]
+    num_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
+    batch, max_blocks = meta.block_tables.shape
     q_padded = q[meta.query_index].transpose(1, 2)  # (batch, heads, max_q, dim)
-    k = k_cache[meta.context_slots].transpose(1, 2).to(q.dtype)  # (batch, kv_heads, ctx, dim)
-    v = v_cache[meta.context_slots].transpose(1, 2).to(q.dtype)
+    context = (batch, max_blocks * k_cache.shape[1], num_kv_heads, k_cache.shape[3])
+    k = k_cache[meta.block_tables].view(context).transpose(1, 2).to(q.dtype)
+    v = v_cache[meta.block_tables].view(context).transpose(1, 2).to(q.dtype)
     out = F.scaled_dot_product_attention(
         q_padded, k, v, attn_mask=meta.attn_mask, scale=scale, enable_gqa=num_heads != num_kv_heads
     )

@@ -1,0 +1,352 @@
+"""Engine benchmarks: our paged-KV continuous-batching engine against transformers ``generate``.
+
+    python benchmarks/engine.py            # full run (about 15 minutes on 2 cores)
+    python benchmarks/engine.py --quick    # the same five, smaller (under 5 minutes)
+
+a. RAG-shaped load: requests with 150-600-token prompts and 64-128 output tokens arriving at once;
+   output tokens/s of ours vs HF one request at a time and HF static batches (left-padded, each
+   batch run to its longest output). Every variant runs in its own process: peak RSS is its own.
+b. Self-consistency: n = 5 samples of one 500-token prompt (shared prefix) vs one sample and vs 5
+   independent requests (prefix caching off).
+c. Batch-1 decode tokens/s vs HF, and vs the memory-bandwidth bound (model bytes / copy rate).
+d. Prefix cache: time to first token with a repeated 400-token prefix, hit vs miss.
+e. Roofline: decode FLOP/s at the batch of (a) vs plain ``torch.mm`` on the model's own shapes.
+
+Prompts are real text (MuSiQue passages) cut to exact token lengths; outputs ignore end-of-sequence
+so that every run produces exactly the requested tokens. The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DEFAULT_DATA_DIR = ROOT.parent / "shared" / "data"
+SEED = 0
+
+
+def token_stream(data_dir: Path, tokenizer: Any, num_tokens: int) -> list[int]:
+    """Real text as token ids (MuSiQue passages; a fixed filler text when the data is absent)."""
+    corpus = data_dir / "hipporag_multihop_subsets" / "musique_train_corpus.json"
+    if corpus.is_file():
+        text = " ".join(p["text"] for p in json.loads(corpus.read_text())[:2000])
+    else:
+        text = "The KV cache stores keys and values so they are not recomputed. " * 4000
+    ids: list[int] = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return ids[:num_tokens]
+
+
+def rag_requests(
+    stream: list[int], count: int, prompt_range: tuple[int, int], output_range: tuple[int, int]
+) -> list[tuple[list[int], int]]:
+    rng = random.Random(SEED)
+    requests = []
+    for _ in range(count):
+        length = rng.randint(*prompt_range)
+        start = rng.randrange(0, len(stream) - length)
+        requests.append((stream[start : start + length], rng.randint(*output_range)))
+    return requests
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# ---------------------------------------------------------------- workers (one process each)
+def worker_load(args: argparse.Namespace) -> dict[str, Any]:
+    """(a) for one variant: ours, hf-single, hf-batch-8, hf-batch-32."""
+    from engine import EngineConfig, SamplingParams
+
+    spec = json.loads(Path(args.requests_file).read_text())
+    requests = [(r[0], r[1]) for r in spec["requests"]]
+    variant = args.worker_variant
+    if variant == "ours":
+        from engine.llm_engine import LLMEngine
+
+        engine = LLMEngine(
+            EngineConfig(
+                device="cpu",
+                max_num_seqs=64,
+                max_num_batched_tokens=2048,
+                kv_cache_memory_bytes=spec["kv_bytes"],
+            )
+        )
+        params = [SamplingParams(max_tokens=n, ignore_eos=True) for _, n in requests]
+        engine.generate([requests[0][0]], SamplingParams(max_tokens=2))  # warm-up
+        started = time.perf_counter()
+        outputs = engine.generate([p for p, _ in requests], params)
+        elapsed = time.perf_counter() - started
+        produced = sum(len(o.outputs[0].token_ids) for o in outputs)
+        extra = {
+            "max_running": spec.get("max_running"),
+            "kv_blocks": engine.block_manager.num_blocks,
+        }
+    else:
+        from engine.hf_generator import HFGenerator
+
+        batch = 1 if variant == "hf-single" else int(variant.rsplit("-", 1)[1])
+        subset = requests[: spec["hf_single_count"]] if batch == 1 else requests
+        hf = HFGenerator(EngineConfig(device="cpu", max_num_seqs=batch))
+        hf.generate([subset[0][0]], SamplingParams(max_tokens=2))
+        started = time.perf_counter()
+        produced = 0
+        for i in range(0, len(subset), batch):
+            group = subset[i : i + batch]
+            longest = max(n for _, n in group)  # a static batch runs to its longest output
+            outs = hf.generate(
+                [p for p, _ in group], SamplingParams(max_tokens=longest, ignore_eos=True)
+            )
+            produced += sum(
+                min(n, len(o.outputs[0].token_ids)) for (_, n), o in zip(group, outs, strict=True)
+            )
+        elapsed = time.perf_counter() - started
+        extra = {"num_requests": len(subset)}
+    return {
+        "variant": variant,
+        "output_tokens": produced,
+        "elapsed_s": elapsed,
+        "tokens_per_s": produced / elapsed,
+        "peak_rss_mb": peak_rss_mb(),
+        **extra,
+    }
+
+
+# ---------------------------------------------------------------- in-process benchmarks
+def bench_self_consistency(
+    engine_cls: Any, config_cls: Any, params_cls: Any, stream: list[int], max_tokens: int
+) -> dict[str, Any]:
+    prompt = stream[1000:1500]
+    shared = engine_cls(config_cls(device="cpu", kv_cache_memory_bytes=256 << 20))
+    shared.generate([prompt[:20]], params_cls(max_tokens=2))
+    times = {}
+    params = params_cls(temperature=0.8, seed=1, max_tokens=max_tokens, ignore_eos=True)
+    for name, run in (
+        ("one_sample_s", lambda e: e.generate([prompt], params)),
+        ("n5_shared_prefix_s", lambda e: e.generate([prompt], params.with_overrides(n=5))),
+    ):
+        shared.block_manager.hash_to_block.clear()  # no prefix-cache help between runs
+        started = time.perf_counter()
+        run(shared)
+        times[name] = time.perf_counter() - started
+    independent = engine_cls(
+        config_cls(device="cpu", kv_cache_memory_bytes=256 << 20, enable_prefix_caching=False)
+    )
+    independent.generate([prompt[:20]], params_cls(max_tokens=2))
+    started = time.perf_counter()
+    independent.generate([prompt] * 5, [params.with_overrides(seed=s) for s in range(5)])
+    times["n5_independent_s"] = time.perf_counter() - started
+    times["n5_over_one"] = times["n5_shared_prefix_s"] / times["one_sample_s"]
+    times["independent_over_shared"] = times["n5_independent_s"] / times["n5_shared_prefix_s"]
+    return times
+
+
+def bench_decode(
+    engine: Any, hf: Any, params_cls: Any, stream: list[int], max_tokens: int
+) -> dict[str, Any]:
+    import torch
+
+    prompt = stream[3000:3197]
+    params = params_cls(max_tokens=max_tokens, ignore_eos=True)
+    rates = {}
+    for name, gen in (("ours", engine), ("hf", hf)):
+        samples = []
+        for _ in range(2):
+            out = gen.generate([prompt], params)[0]
+            t = out.timing
+            samples.append(
+                (len(out.outputs[0].token_ids) - 1) / (t.e2e_latency_s - t.time_to_first_token_s)
+            )
+        rates[name] = statistics.median(samples)
+    model_bytes = sum(p.numel() * p.element_size() for p in engine.model.parameters())
+    src = torch.ones(256 << 20, dtype=torch.uint8)
+    dst = torch.zeros_like(src)  # allocated and touched beforehand: measure copying, not paging
+    copies = []
+    for _ in range(5):
+        started = time.perf_counter()
+        dst.copy_(src)
+        copies.append(2 * src.numel() / (time.perf_counter() - started))
+    bandwidth = statistics.median(copies)
+    bound = bandwidth / model_bytes
+    return {
+        "ours_tokens_per_s": rates["ours"],
+        "hf_tokens_per_s": rates["hf"],
+        "ours_over_hf": rates["ours"] / rates["hf"],
+        "model_bytes": model_bytes,
+        "copy_bandwidth_gb_s": bandwidth / 1e9,
+        "bandwidth_bound_tokens_per_s": bound,
+        "ours_over_bound": rates["ours"] / bound,
+    }
+
+
+def bench_prefix_cache(
+    engine: Any, params_cls: Any, stream: list[int], repeats: int
+) -> dict[str, Any]:
+    misses, hits = [], []
+    params = params_cls(max_tokens=1, ignore_eos=True)
+    for r in range(repeats):
+        prefix = stream[5000 + r * 450 : 5400 + r * 450]
+        for bucket, suffix in ((misses, [11, 12, 13]), (hits, [21, 22, 23])):
+            out = engine.generate([prefix + suffix], params)[0]
+            bucket.append(out.timing.time_to_first_token_s)
+    miss, hit = statistics.median(misses), statistics.median(hits)
+    return {"miss_ttft_s": miss, "hit_ttft_s": hit, "hit_over_miss": hit / miss}
+
+
+def bench_roofline(engine: Any, params_cls: Any, stream: list[int], batch: int) -> dict[str, Any]:
+    """Decode FLOP/s (2 FLOPs per weight per token) at ``batch`` running sequences vs
+    ``torch.mm`` on the same weight shapes at the same batch, in this run."""
+    import torch
+
+    for i in range(batch):
+        engine.add_request(
+            stream[i * 100 : i * 100 + 64], params_cls(max_tokens=40, ignore_eos=True)
+        )
+    while engine.scheduler.waiting or any(
+        s.num_output_tokens == 0 for s in engine.scheduler.running
+    ):
+        engine.step()  # prefill everything first
+    steps = 16
+    started = time.perf_counter()
+    for _ in range(steps):
+        engine.step()
+    decode_tokens_per_s = batch * steps / (time.perf_counter() - started)
+    while engine.has_unfinished_requests():
+        engine.step()
+    weights = [m.weight for m in engine.model.modules() if isinstance(m, torch.nn.Linear)]
+    flops_per_token = sum(2 * w.numel() for w in weights)
+    x = {w.shape[1]: torch.randn(batch, w.shape[1]) for w in weights}
+    timings = []
+    for _ in range(5):
+        started = time.perf_counter()
+        for w in weights:
+            torch.mm(x[w.shape[1]], w.t())
+        timings.append(time.perf_counter() - started)
+    achieved = decode_tokens_per_s * flops_per_token
+    peak = batch * flops_per_token / statistics.median(timings)
+    return {
+        "batch": batch,
+        "decode_tokens_per_s": decode_tokens_per_s,
+        "achieved_gflop_s": achieved / 1e9,
+        "mm_peak_gflop_s": peak / 1e9,
+        "fraction_of_peak": achieved / peak,
+    }
+
+
+def run_worker(variant: str, requests_file: Path) -> dict[str, Any]:
+    cmd = [
+        sys.executable,
+        __file__,
+        "--worker-variant",
+        variant,
+        "--requests-file",
+        str(requests_file),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller versions of the same five")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    parser.add_argument("--worker-variant", help=argparse.SUPPRESS)
+    parser.add_argument("--requests-file", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker_variant:
+        print(json.dumps(worker_load(args)))
+        return
+
+    import tempfile
+
+    import torch
+
+    from engine import EngineConfig, SamplingParams
+    from engine.hf_generator import HFGenerator
+    from engine.llm_engine import LLMEngine
+
+    torch.manual_seed(SEED)
+    q = args.quick
+    engine = LLMEngine(EngineConfig(device="cpu", kv_cache_memory_bytes=512 << 20))
+    stream = token_stream(args.data_dir, engine.tokenizer, 40_000)
+    num_requests = 16 if q else 64
+    requests = rag_requests(stream, num_requests, (150, 600), (16, 32) if q else (64, 128))
+    variants = ["ours", "hf-single", "hf-batch-8"] + ([] if q else ["hf-batch-32"])
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = Path(tmp) / "requests.json"
+        spec.write_text(
+            json.dumps(
+                {"requests": requests, "hf_single_count": 2 if q else 8, "kv_bytes": 1 << 30}
+            )
+        )
+        load = {v: run_worker(v, spec) for v in variants}
+    ours = load["ours"]["tokens_per_s"]
+    load_ratios = {
+        f"ours_over_{v.replace('-', '_')}": ours / load[v]["tokens_per_s"]
+        for v in variants
+        if v != "ours"
+    }
+
+    hf = HFGenerator(EngineConfig(device="cpu", max_num_seqs=1))
+    results = {
+        "a_rag_load": {"num_requests": num_requests, "runs": load, **load_ratios},
+        "b_self_consistency": bench_self_consistency(
+            LLMEngine, EngineConfig, SamplingParams, stream, 16 if q else 64
+        ),
+        "c_decode_batch1": bench_decode(engine, hf, SamplingParams, stream, 32 if q else 128),
+        "d_prefix_cache": bench_prefix_cache(engine, SamplingParams, stream, 3 if q else 5),
+    }
+    results["e_roofline"] = bench_roofline(engine, SamplingParams, stream, min(num_requests, 64))
+    targets = {
+        "a_vs_hf_single>=4": load_ratios["ours_over_hf_single"] >= 4,
+        "a_vs_hf_batch_8>=1.5": load_ratios["ours_over_hf_batch_8"] >= 1.5,
+        "b_n5<=2x_one": results["b_self_consistency"]["n5_over_one"] <= 2,
+        "c_vs_hf>=1": results["c_decode_batch1"]["ours_over_hf"] >= 1,
+        "d_hit<=0.3x_miss": results["d_prefix_cache"]["hit_over_miss"] <= 0.3,
+        "e>=50%_of_peak": results["e_roofline"]["fraction_of_peak"] >= 0.5,
+    }
+    if not q:
+        targets["a_vs_hf_batch_32>=1.2"] = load_ratios["ours_over_hf_batch_32"] >= 1.2
+    print(f"\n(a) {num_requests} RAG-shaped requests, output tokens/s and peak RSS")
+    for v, r in load.items():
+        print(
+            f"  {v:12s} {r['tokens_per_s']:8.1f} tok/s  {r['elapsed_s']:7.1f} s  "
+            f"{r['peak_rss_mb']:7.0f} MB"
+        )
+    for k, v in load_ratios.items():
+        print(f"  {k}: {v:.2f}x")
+    for key in ("b_self_consistency", "c_decode_batch1", "d_prefix_cache", "e_roofline"):
+        print(
+            f"({key[0]}) "
+            + ", ".join(
+                f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                for k, v in results[key].items()
+            )
+        )
+    print("targets: " + ", ".join(f"{k} {'met' if ok else 'MISSED'}" for k, ok in targets.items()))
+    print(f"reproduce: python {shlex.join(sys.argv)}")
+    print(
+        json.dumps(
+            {
+                "benchmark": "engine",
+                "quick": q,
+                **results,
+                "targets": targets,
+                "command": "python " + shlex.join(sys.argv),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
