@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.layers.attention import AttentionMetadata
+from engine.layers.attention import AttentionGroup, AttentionMetadata
 from engine.models.llama import LlamaForCausalLM
 from engine.scheduler import ScheduledBatch
 from engine.sequence import Sequence
@@ -32,6 +32,41 @@ class ModelRunner:
             )
             for _ in range(model.num_layers)
         ]
+
+    def _group(
+        self,
+        members: list[int],
+        query_lens: list[int],
+        context_lens: list[int],
+        block_tables: list[list[int]],
+        starts: torch.Tensor,
+    ) -> AttentionGroup:
+        """Padded attention inputs for the sequences ``members`` (indexes into the batch)."""
+        bs = self.block_size
+        q_lens = torch.tensor([query_lens[m] for m in members])
+        ctx_lens = torch.tensor([context_lens[m] for m in members])
+        first = starts[members]
+        tables = _pad_tables([block_tables[m] for m in members])
+        offsets = torch.arange(int(q_lens.max()))
+        is_real = offsets[None, :] < q_lens[:, None]
+        # Padded query rows repeat the sequence's first row; their outputs are never read.
+        query_index = first[:, None] + torch.where(is_real, offsets[None, :], 0)
+        key_pos = torch.arange(tables.shape[1] * bs)
+        query_pos = (ctx_lens - q_lens)[:, None] + offsets[None, :]  # absolute positions
+        mask = (key_pos[None, None, :] <= query_pos[:, :, None]) & (
+            key_pos[None, None, :] < ctx_lens[:, None, None]
+        )
+        row_batch = torch.repeat_interleave(torch.arange(len(members)), q_lens)
+        row_offset = torch.cat([torch.arange(int(n)) for n in q_lens])
+        dev = self.device
+        return AttentionGroup(
+            query_index=query_index.to(dev),
+            block_tables=tables.to(dev),
+            attn_mask=mask[:, None].to(dev),
+            rows=(first[row_batch] + row_offset).to(dev),
+            row_batch=row_batch.to(dev),
+            row_offset=row_offset.to(dev),
+        )
 
     @staticmethod
     def kv_bytes_per_block(model: LlamaForCausalLM, block_size: int, dtype: torch.dtype) -> int:
@@ -82,36 +117,27 @@ class ModelRunner:
                 last_rows.append(len(token_ids) - 1)
         dev = self.device
         pos = torch.tensor(positions, dtype=torch.long)
-        num_seqs = len(batch.items)
-        max_q = max(query_lens)
-        width = max(len(t) for t in block_tables)
-        tables = torch.zeros(num_seqs, width, dtype=torch.long)
-        for i, t in enumerate(block_tables):
-            tables[i, : len(t)] = torch.tensor(t)
         q_lens = torch.tensor(query_lens)
-        ctx_lens = torch.tensor(context_lens)
         starts = torch.cumsum(q_lens, 0) - q_lens
-        token_batch = torch.repeat_interleave(torch.arange(num_seqs), q_lens)
-        token_offset = torch.arange(len(token_ids)) - starts[token_batch]
-        slot_mapping = tables[token_batch, pos // bs] * bs + pos % bs
-        offsets = torch.arange(max_q)
-        query_index = torch.where(
-            offsets[None, :] < q_lens[:, None], starts[:, None] + offsets[None, :], 0
-        )
-        key_pos = torch.arange(width * bs)
-        query_pos = (ctx_lens - q_lens)[:, None] + offsets[
-            None, :
-        ]  # absolute position of each query
-        mask = key_pos[None, None, :] <= query_pos[:, :, None]
-        mask &= key_pos[None, None, :] < ctx_lens[:, None, None]
-        mask[:, :, 0] = True  # padded query rows must see something (their output is discarded)
+        token_seq = torch.repeat_interleave(torch.arange(len(query_lens)), q_lens)
+        tables = _pad_tables(block_tables)
+        slot_mapping = tables[token_seq, pos // bs] * bs + pos % bs
+        decodes = [i for i, n in enumerate(query_lens) if n == 1]
+        groups = [[i] for i, n in enumerate(query_lens) if n > 1] + ([decodes] if decodes else [])
         meta = AttentionMetadata(
             slot_mapping=slot_mapping.to(dev),
-            query_index=query_index.to(dev),
-            block_tables=tables.to(dev),
-            attn_mask=mask[:, None].to(dev),
-            token_batch=token_batch.to(dev),
-            token_offset=token_offset.to(dev),
+            groups=[
+                self._group(members, query_lens, context_lens, block_tables, starts)
+                for members in groups
+            ],
         )
         input_ids = torch.tensor(token_ids, dtype=torch.long, device=dev)
         return input_ids, pos.to(dev), meta, torch.tensor(last_rows, device=dev), sampling
+
+
+def _pad_tables(block_tables: list[list[int]]) -> torch.Tensor:
+    """Block tables as one (num_seqs, max_blocks) tensor, padded with block 0."""
+    tables = torch.zeros(len(block_tables), max(len(t) for t in block_tables), dtype=torch.long)
+    for i, table in enumerate(block_tables):
+        tables[i, : len(table)] = torch.tensor(table)
+    return tables

@@ -16,25 +16,31 @@ import torch.nn.functional as F
 
 
 @dataclass(slots=True)
-class AttentionMetadata:
-    """Where one step's tokens go and what they attend to (built by the model runner).
+class AttentionGroup:
+    """Sequences whose queries are padded together: all decodes (one query each), or a single
+    prefill chunk. Grouping keeps a long prefill chunk from padding every decode to its length."""
 
-    Tokens are flattened across sequences ("varlen"): sequence b owns query rows
-    ``query_index[b, :query_lens[b]]`` of the flat batch.
-    """
-
-    slot_mapping: torch.Tensor
-    """(num_tokens,) cache slot of each new token."""
     query_index: torch.Tensor
-    """(batch, max_query_len) flat row of each query token (padding points at row 0)."""
+    """(batch, max_query_len) flat row of each query token (padding points at a real row)."""
     block_tables: torch.Tensor
     """(batch, max_blocks) KV blocks of each sequence, in order (padding: block 0)."""
     attn_mask: torch.Tensor
     """(batch, 1, max_query_len, max_blocks * block_size) True where a query may attend a key."""
-    token_batch: torch.Tensor
-    """(num_tokens,) sequence of each flat token."""
-    token_offset: torch.Tensor
-    """(num_tokens,) position of each flat token inside its sequence's query block."""
+    rows: torch.Tensor
+    """(num_tokens,) flat rows of the group's real query tokens..."""
+    row_batch: torch.Tensor
+    """...their sequence within the group..."""
+    row_offset: torch.Tensor
+    """...and their position within that sequence's queries."""
+
+
+@dataclass(slots=True)
+class AttentionMetadata:
+    """Where one step's tokens go and what they attend to (built by the model runner)."""
+
+    slot_mapping: torch.Tensor
+    """(num_tokens,) cache slot of each new token, tokens flattened across sequences."""
+    groups: list[AttentionGroup]
 
 
 def write_kv(cache: torch.Tensor, slots: torch.Tensor, values: torch.Tensor) -> None:
@@ -51,13 +57,20 @@ def paged_attention(
 ) -> torch.Tensor:
     """Attention of flat queries (num_tokens, heads, dim) over each sequence's cached context."""
     num_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
-    batch, max_blocks = meta.block_tables.shape
-    q_padded = q[meta.query_index].transpose(1, 2)  # (batch, heads, max_q, dim)
-    context = (batch, max_blocks * k_cache.shape[1], num_kv_heads, k_cache.shape[3])
-    k = k_cache[meta.block_tables].view(context).transpose(1, 2).to(q.dtype)
-    v = v_cache[meta.block_tables].view(context).transpose(1, 2).to(q.dtype)
-    out = F.scaled_dot_product_attention(
-        q_padded, k, v, attn_mask=meta.attn_mask, scale=scale, enable_gqa=num_heads != num_kv_heads
-    )
-    # Back to flat rows: each real token reads its own (sequence, offset) cell.
-    return out.transpose(1, 2)[meta.token_batch, meta.token_offset]
+    out = torch.empty_like(q)
+    for group in meta.groups:
+        batch, max_blocks = group.block_tables.shape
+        q_padded = q[group.query_index].transpose(1, 2)  # (batch, heads, max_q, dim)
+        context = (batch, max_blocks * k_cache.shape[1], num_kv_heads, k_cache.shape[3])
+        k = k_cache[group.block_tables].view(context).transpose(1, 2).to(q.dtype)
+        v = v_cache[group.block_tables].view(context).transpose(1, 2).to(q.dtype)
+        attended = F.scaled_dot_product_attention(
+            q_padded,
+            k,
+            v,
+            attn_mask=group.attn_mask,
+            scale=scale,
+            enable_gqa=num_heads != num_kv_heads,
+        )
+        out[group.rows] = attended.transpose(1, 2)[group.row_batch, group.row_offset]
+    return out

@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from engine.errors import EngineError
 from rag.errors import RagGuardError
 from rag.pipeline import Pipeline
-from rag.server.routers import ask, documents, health
+from rag.server.routers import ask, documents, health, metrics
 from rag.server.state import ServerState, ensure_demo_index
 from rag.settings import Settings
 
@@ -114,6 +114,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
         return response
 
     app.include_router(health.router)
+    app.include_router(metrics.router)
     app.include_router(ask.router)
     app.include_router(documents.router)
     return app
