@@ -90,7 +90,6 @@ def worker_load(args: argparse.Namespace) -> dict[str, Any]:
         elapsed = time.perf_counter() - started
         produced = sum(len(o.outputs[0].token_ids) for o in outputs)
         extra = {
-            "max_running": spec.get("max_running"),
             "kv_blocks": engine.block_manager.num_blocks,
         }
     else:
