@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator
 
@@ -90,12 +91,28 @@ class AsyncEngine:
         self._thread.join(timeout=10)
 
     # ------------------------------------------------------------------ loop
+    def _gather_arrivals(self) -> None:
+        """Give requests that arrive together a moment to join the first step."""
+        config = self.engine.config
+        deadline = time.perf_counter() + config.max_batch_wait_ms / 1000
+        while (
+            time.perf_counter() < deadline
+            and len(self.engine.scheduler.waiting) < config.max_num_seqs
+            and not self._stopped.is_set()
+        ):
+            time.sleep(0.002)
+
     def _loop(self) -> None:
+        idle = True
         while not self._stopped.is_set():
             if not self.engine.has_unfinished_requests():
+                idle = True
                 self._wake.wait(timeout=0.5)
                 self._wake.clear()
                 continue
+            if idle:
+                self._gather_arrivals()
+                idle = False
             try:
                 outputs = self.engine.step()
             except BaseException as exc:  # deliver to every waiting caller, then stop

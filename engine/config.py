@@ -39,6 +39,9 @@ class EngineConfig:
     """Memory the KV pool may use; the engine never grows past it."""
     enable_prefix_caching: bool = True
     """Reuse the KV of prompt blocks seen before (shared system prompts, repeated passages)."""
+    max_batch_wait_ms: float = 0.0
+    """AsyncEngine: when idle and a request arrives, wait up to this long (or until
+    max_num_seqs are waiting) before the first step, so requests arriving together share it."""
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:

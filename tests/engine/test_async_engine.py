@@ -88,3 +88,25 @@ def test_leaving_the_stream_aborts_and_frees_blocks(async_engine: AsyncEngine) -
 
     asyncio.run(cancelled_task())
     assert engine.block_manager.num_used_blocks == 0
+
+
+def test_requests_arriving_together_share_the_first_step(llm_engine) -> None:  # type: ignore[no-untyped-def]
+    llm_engine.config.max_batch_wait_ms = 400
+    engine = AsyncEngine(llm_engine)
+    try:
+        text = prompt(engine, "Name a fruit.")
+
+        async def late(delay_s: float) -> float:
+            await asyncio.sleep(delay_s)
+            out = await engine.generate_full(text, SamplingParams(max_tokens=4))
+            assert out.timing.first_scheduled_time is not None
+            return out.timing.first_scheduled_time
+
+        async def main() -> list[float]:
+            return await asyncio.gather(late(0.0), late(0.15))
+
+        first, second = asyncio.run(main())
+        assert first == second, "the second request missed the first step"
+    finally:
+        llm_engine.config.max_batch_wait_ms = 0.0
+        engine.shutdown()

@@ -226,3 +226,11 @@ def test_bad_requests_are_clear_errors(engine: LLMEngine) -> None:
         LLMEngine(EngineConfig(device="cpu", kv_cache_memory_bytes=1)).add_request(
             "hi", SamplingParams(max_tokens=64)
         )
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_runs_on_cpu(dtype: str) -> None:
+    half = LLMEngine(EngineConfig(device="cpu", dtype=dtype, kv_cache_memory_bytes=32 << 20))
+    assert half.runner.kv_caches[0][0].dtype == getattr(torch, dtype)
+    out = half.generate([chat(half, QUESTIONS[0])], SamplingParams(max_tokens=10))[0].outputs[0]
+    assert "Paris" in out.text

@@ -262,9 +262,15 @@ def test_an_unreadable_index_is_left_out_of_the_listing(client: TestClient, demo
 
 
 def test_metrics_expose_the_engine_counters(client: TestClient) -> None:
-    client.post("/v1/ask", json={"question": "What does a KV cache avoid recomputing?", "max_tokens": 4})
+    client.post(
+        "/v1/ask", json={"question": "What does a KV cache avoid recomputing?", "max_tokens": 4}
+    )
     text = client.get("/metrics").text
-    values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line and not line.startswith("#")}
+    values = {
+        line.split()[0]: float(line.split()[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
     assert values["ragguard_engine_num_kv_blocks"] > 0
     assert values["ragguard_engine_num_generated_tokens"] >= 1
     assert "# TYPE ragguard_engine_num_running gauge" in text
