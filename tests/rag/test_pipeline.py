@@ -117,3 +117,22 @@ def test_asking_while_ingesting_from_other_threads(demo_pipeline) -> None:  # ty
     for doc in docs:
         for chunk in collection.chunker.split(doc):
             assert len(demo_pipeline.embedder.tokenize(chunk.text)) <= chunk_size
+
+
+def test_the_transformers_generator_is_a_drop_in_replacement(demo_pipeline, generator) -> None:  # type: ignore[no-untyped-def]
+    """RAGGUARD_GENERATOR=hf: same pipeline, same answer shape, and greedy gives the same text."""
+    from rag.pipeline import Pipeline
+
+    hf_pipeline = Pipeline(demo_pipeline.settings, demo_pipeline.embedder, generator)
+    question = "What does a KV cache avoid recomputing?"
+    ours, theirs = demo_pipeline.ask(question), hf_pipeline.ask(question)
+    assert theirs.answer == ours.answer
+    assert [c.chunk_id for c in theirs.citations] == [c.chunk_id for c in ours.citations]
+
+
+def test_settings_choose_the_generator_backend() -> None:
+    from engine import build_generator
+    from engine.config import EngineConfig
+
+    with pytest.raises(ValueError, match="unknown generator backend"):
+        build_generator(EngineConfig(), "vllm")
