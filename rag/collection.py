@@ -16,7 +16,8 @@ from tqdm.auto import tqdm
 from rag.documents import Chunk, Chunker, Document
 from rag.embed import Embedder
 from rag.errors import DocumentNotFoundError, IndexNotFoundError, InvalidInputError
-from rag.index import DocumentInfo, IndexInfo, ScoredChunk, VectorIndex, delete_index
+from rag.index import VectorIndex, delete_index
+from rag.index_records import DocumentInfo, IndexInfo, ScoredChunk
 from rag.settings import Settings
 
 logger = logging.getLogger(__name__)

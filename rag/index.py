@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from rag.atomic import atomic_write_bytes
 from rag.documents import Chunk, Document
 from rag.errors import IndexMismatchError, IndexNotFoundError, InvalidInputError
 from rag.faiss_store import FaissStore
+from rag.index_records import DocumentInfo, IndexInfo, ScoredChunk
 
 logger = logging.getLogger(__name__)
 
@@ -57,44 +58,6 @@ CREATE TABLE IF NOT EXISTS chunks (
 );
 CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks(doc_id);
 """
-
-
-@dataclass(frozen=True, slots=True)
-class DocumentInfo:
-    """What the index knows about one ingested document."""
-
-    doc_id: str
-    content_hash: str
-    num_chunks: int
-    metadata: dict[str, Any]
-    ingested_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class IndexInfo:
-    """The manifest: how the index was built and what it holds."""
-
-    name: str
-    format_version: int
-    embedding_model: str
-    dimension: int
-    index_type: str
-    chunk_size: int
-    chunk_overlap: int
-    num_documents: int
-    num_chunks: int
-    generation: int
-    created_at: float
-    updated_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class ScoredChunk:
-    """A search hit: the chunk and its cosine similarity to the query."""
-
-    chunk: Chunk
-    score: float
-    metadata: dict[str, Any]
 
 
 def delete_index(path: Path) -> None:

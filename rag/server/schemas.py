@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from rag.collection import IngestReport
-from rag.index import DocumentInfo, IndexInfo
+from rag.index_records import DocumentInfo, IndexInfo
 from rag.pipeline import AskOptions
 from rag.types import Result
 
