@@ -1,5 +1,33 @@
-"""ragguard's checks on generated answers, the decision policy and the human review queue.
+"""ragguard's checks on generated answers (and, as they land, the decision policy and the human
+review queue). This package stands alone: it never imports ``rag``."""
 
-The guards (repetition, self-consistency, knowledge-graph fact checks, grounding, confidence)
-arrive with their own issue; this package stands alone and never imports ``rag``.
-"""
+from guards.base import (
+    Candidate,
+    Evidence,
+    Guard,
+    GuardChain,
+    GuardContext,
+    GuardResult,
+    GuardRun,
+    Outcome,
+)
+from guards.kg import Claim, ClaimCheck, KnowledgeGraph, KnowledgeGraphGuard, Verdict
+from guards.repetition import RepetitionGuard, is_looping
+
+__all__ = [
+    "Candidate",
+    "Claim",
+    "ClaimCheck",
+    "Evidence",
+    "Guard",
+    "GuardChain",
+    "GuardContext",
+    "GuardResult",
+    "GuardRun",
+    "KnowledgeGraph",
+    "KnowledgeGraphGuard",
+    "Outcome",
+    "RepetitionGuard",
+    "Verdict",
+    "is_looping",
+]

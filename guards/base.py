@@ -1,0 +1,133 @@
+"""The guard interface: ``Guard.check(ctx) -> GuardResult``, and ``GuardChain`` to run several.
+
+Guards are pure functions of their context with thresholds fixed in the constructor. When the
+evidence a guard needs is missing it answers ABSTAIN, never PASS; a guard that raises is recorded
+as ABSTAIN with the error, so a broken check can never wave an answer through.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+class Outcome(enum.StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    ABSTAIN = "abstain"
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One sampled answer with what the generator knew about it."""
+
+    text: str
+    token_logprobs: tuple[float, ...] = ()
+    finish_reason: str | None = None
+    """"stop", "length" (cut off at max_tokens) or "abort"."""
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """A retrieved passage, as guards see it (guards never import ``rag``)."""
+
+    passage_id: str
+    text: str
+    score: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class GuardContext:
+    """Everything a guard may look at for one answer."""
+
+    question: str
+    answer: str
+    passages: tuple[Evidence, ...] = ()
+    candidates: tuple[Candidate, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GuardResult:
+    """One guard's verdict: outcome, a score in [0, 1] where meaningful, and why."""
+
+    name: str
+    outcome: Outcome
+    score: float | None
+    reason: str
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome is Outcome.PASS
+
+
+class Guard(ABC):
+    """A check on an answer. Subclasses set ``name`` and implement ``check``."""
+
+    name: str = "guard"
+
+    @abstractmethod
+    def check(self, ctx: GuardContext) -> GuardResult:
+        """Judge the answer in ``ctx``; ABSTAIN when the needed evidence is missing."""
+
+    def abstain(self, reason: str, **evidence: Any) -> GuardResult:
+        return GuardResult(self.name, Outcome.ABSTAIN, None, reason, evidence)
+
+
+@dataclass(frozen=True, slots=True)
+class GuardRun:
+    """The audit record of one chain run."""
+
+    run_id: str
+    started_at: float
+    results: tuple[GuardResult, ...]
+    timings_s: Mapping[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+AuditSink = Callable[[GuardRun], None]
+
+
+def log_audit(run: GuardRun) -> None:
+    """Default audit sink: one JSON log record per run (texts are not logged)."""
+    logger.info("guard run %s", json.dumps(run.to_dict(), default=str))
+
+
+class GuardChain:
+    """Runs guards in order, times each, and leaves one audit record per run."""
+
+    def __init__(self, guards: Sequence[Guard], *, audit: AuditSink | None = log_audit):
+        names = [g.name for g in guards]
+        if len(set(names)) != len(names):
+            raise ValueError(f"guard names must be unique, got {names}")
+        self.guards = list(guards)
+        self.audit = audit
+
+    def run(self, ctx: GuardContext) -> GuardRun:
+        started = time.time()
+        results: list[GuardResult] = []
+        timings: dict[str, float] = {}
+        for guard in self.guards:
+            t0 = time.perf_counter()
+            try:
+                result = guard.check(ctx)
+            except Exception as exc:  # a broken guard must not pass an answer
+                logger.exception("guard %s failed", guard.name)
+                result = guard.abstain(f"guard error: {type(exc).__name__}: {exc}")
+            timings[guard.name] = time.perf_counter() - t0
+            results.append(result)
+        run = GuardRun(uuid.uuid4().hex, started, tuple(results), timings)
+        if self.audit is not None:
+            self.audit(run)
+        return run

@@ -1,0 +1,369 @@
+"""Knowledge-graph fact checking: link entities, extract claims, judge them against the graph.
+
+A claim (subject, relation, object) is SUPPORTED when the graph holds that edge, CONTRADICTED
+when the relation is functional (one value per subject: a release year, a director) and the graph
+gives the subject a different value, and UNKNOWN otherwise: absence from the graph is never
+treated as falsehood.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import json
+import re
+import unicodedata
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from difflib import get_close_matches
+from pathlib import Path
+
+import networkx as nx
+
+from guards.base import Guard, GuardContext, GuardResult, Outcome
+
+_PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
+_SPACE = re.compile(r"\s+")
+_TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+MAX_ENTITY_WORDS = 12
+
+
+def normalize(text: str) -> str:
+    """Case-folded, accent- and punctuation-free, single-spaced, without a leading article."""
+    text = unicodedata.normalize("NFKD", text)
+    text = "".join(c for c in text if not unicodedata.combining(c)).casefold()
+    text = _SPACE.sub(" ", _PUNCT.sub(" ", text)).strip()
+    for article in ("the ", "a ", "an "):
+        if text.startswith(article) and len(text) > len(article):
+            return text[len(article) :]
+    return text
+
+
+class Verdict(enum.StrEnum):
+    SUPPORTED = "supported"
+    CONTRADICTED = "contradicted"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Mention:
+    """An entity found in a text: the graph node and where it was found (word offsets)."""
+
+    node: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    subject: str
+    relation: str
+    object: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimCheck:
+    claim: Claim
+    verdict: Verdict
+    known_objects: tuple[str, ...] = ()
+    """What the graph holds for (subject, relation), to show a reviewer."""
+
+
+MOVIE_RELATION_PHRASES: dict[str, list[str]] = {
+    "directed_by": ["directed", "director", "directors", "direct", "directs"],
+    "written_by": ["written", "writer", "writers", "wrote", "screenplay", "script"],
+    "starred_actors": [
+        "starred",
+        "starring",
+        "stars",
+        "star",
+        "actor",
+        "actors",
+        "actress",
+        "cast",
+    ],
+    "release_year": ["released", "release", "came out", "premiered"],
+    "in_language": ["language", "spoken"],
+    "has_genre": ["genre", "genres"],
+    "has_tags": ["tag", "tags", "tagged"],
+    "has_imdb_rating": ["rating", "rated"],
+    "has_imdb_votes": ["votes"],
+}
+"""Surface phrases of the MetaQA / WikiMovies relations (other graphs: the relation's own name)."""
+
+
+class KnowledgeGraph:
+    """Triples in a networkx multigraph, with normalised names and aliases for linking."""
+
+    def __init__(
+        self,
+        triples: Iterable[tuple[str, str, str]] = (),
+        *,
+        aliases: Mapping[str, str] | None = None,
+        functional_relations: Iterable[str] = (),
+        relation_phrases: Mapping[str, Iterable[str]] | None = None,
+    ):
+        self.graph: nx.MultiDiGraph = nx.MultiDiGraph()
+        self._by_key: dict[str, str] = {}
+        self._objects: dict[tuple[str, str], set[str]] = defaultdict(set)
+        for subject, relation, obj in triples:
+            self.add(subject, relation, obj)
+        for alias, canonical in (aliases or {}).items():
+            node = self._by_key.get(normalize(canonical))
+            if node is not None:
+                self._by_key.setdefault(normalize(alias), node)
+        self.functional_relations = set(functional_relations)
+        phrases = {r: [r.replace("_", " ")] for r in self.relations}
+        for relation, extra in (relation_phrases or {}).items():
+            phrases.setdefault(relation, []).extend(extra)
+        self.relation_phrases = {
+            r: sorted({normalize(p) for p in ps}, key=len, reverse=True)
+            for r, ps in phrases.items()
+        }
+        self._fuzzy_index: dict[str, list[str]] | None = None
+
+    # ------------------------------------------------------------- building
+    def add(self, subject: str, relation: str, obj: str) -> None:
+        s, o = self._node(subject), self._node(obj)
+        if o not in self._objects[(s, relation)]:
+            self.graph.add_edge(s, o, key=relation, relation=relation)
+            self._objects[(s, relation)].add(o)
+
+    def _node(self, name: str) -> str:
+        name = name.strip()
+        if not name:
+            raise ValueError("an entity name is empty")
+        key = normalize(name) or name.casefold()  # names of punctuation only ("$") stay as they are
+        node = self._by_key.setdefault(key, name)
+        if node not in self.graph:
+            self.graph.add_node(node)
+        return node
+
+    @classmethod
+    def from_file(
+        cls, path: str | Path, *, aliases_path: str | Path | None = None, **kwargs: object
+    ) -> KnowledgeGraph:
+        """Load ``subject|relation|object`` lines (.txt), tab-separated (.tsv) or JSONL
+        (``{"subject", "relation", "object"}``); ``#`` lines are comments."""
+        aliases: dict[str, str] | None = None
+        if aliases_path:
+            aliases = {row[0]: row[1] for row in _read_rows(Path(aliases_path), 2)}
+        return cls(_read_triples(Path(path)), aliases=aliases, **kwargs)  # type: ignore[arg-type]
+
+    # --------------------------------------------------------------- lookup
+    @property
+    def relations(self) -> set[str]:
+        return {relation for _, relation in self._objects}
+
+    def __len__(self) -> int:
+        return int(self.graph.number_of_edges())
+
+    def resolve(self, name: str, *, fuzzy: bool = True, cutoff: float = 0.9) -> str | None:
+        """The node a name refers to: exact, normalised or alias match, then fuzzy."""
+        if name in self.graph:
+            return name
+        key = normalize(name) or name.strip().casefold()
+        if key in self._by_key:
+            return self._by_key[key]
+        if not fuzzy or not key:
+            return None
+        candidates = self._fuzzy_candidates(key)
+        match = get_close_matches(key, candidates, n=1, cutoff=cutoff)
+        return self._by_key[match[0]] if match else None
+
+    def _fuzzy_candidates(self, key: str) -> list[str]:
+        if self._fuzzy_index is None:
+            index: dict[str, list[str]] = defaultdict(list)
+            for k in self._by_key:
+                index[k[:2]].append(k)
+            self._fuzzy_index = index
+        return self._fuzzy_index.get(key[:2], [])
+
+    def objects(self, subject: str, relation: str) -> set[str]:
+        return self._objects.get((subject, relation), set())
+
+    def link(self, text: str) -> list[Mention]:
+        """Entities mentioned in ``text``: longest normalised n-gram matches, left to right.
+
+        A one-word match written in lower case ("made", "up") is taken for an ordinary word,
+        not a title, unless the whole text is in lower case."""
+        tokens = [t for t in _TOKEN.findall(text) if _word(t)]
+        words = [_word(t) for t in tokens]
+        mixed_case = text != text.casefold()
+        mentions: list[Mention] = []
+        i = 0
+        while i < len(words):
+            for size in range(min(MAX_ENTITY_WORDS, len(words) - i), 0, -1):
+                node = self._by_key.get(" ".join(words[i : i + size]))
+                if node is None:
+                    continue
+                if size == 1 and mixed_case and tokens[i].isalpha() and tokens[i].islower():
+                    continue
+                mentions.append(Mention(node, i, i + size))
+                i += size
+                break
+            else:
+                i += 1
+        return mentions
+
+    def paths(
+        self, source: str, target: str, max_hops: int = 3
+    ) -> list[list[tuple[str, str, str]]]:
+        """Relation paths of up to ``max_hops`` edges between two nodes (either direction)."""
+        undirected = self.graph.to_undirected(as_view=True)
+        found = []
+        for nodes in nx.all_simple_paths(undirected, source, target, cutoff=max_hops):
+            hops = []
+            for a, b in itertools.pairwise(nodes):
+                if self.graph.has_edge(a, b):
+                    hops.append((a, next(iter(self.graph.get_edge_data(a, b))), b))
+                else:
+                    hops.append((b, next(iter(self.graph.get_edge_data(b, a))), a))
+            found.append(hops)
+        return found
+
+    # --------------------------------------------------------------- claims
+    def check(self, claim: Claim) -> ClaimCheck:
+        known = self.objects(claim.subject, claim.relation)
+        if claim.object in known:
+            return ClaimCheck(claim, Verdict.SUPPORTED, tuple(sorted(known)))
+        if claim.relation in self.functional_relations and known:
+            return ClaimCheck(claim, Verdict.CONTRADICTED, tuple(sorted(known)))
+        return ClaimCheck(claim, Verdict.UNKNOWN, tuple(sorted(known)))
+
+    def extract_claims(self, answer: str, question: str = "") -> list[Claim]:
+        """Claims the answer makes. Each entity of the answer is the object of the relation
+        phrase nearest to it in the answer (else of the relations the question names); its
+        subjects are the other entities of the question and answer that have that relation in
+        the graph (which also fixes the direction)."""
+        answer_words = _words(answer)
+        answer_mentions = self.link(answer)
+        if not answer_mentions:
+            return []
+        entities = list(
+            dict.fromkeys([m.node for m in self.link(question)] + [m.node for m in answer_mentions])
+        )
+        in_answer = self._phrase_positions(answer_words)
+        in_question = {r for r, _ in self._phrase_positions(_words(question))}
+        claims: list[Claim] = []
+        for mention in answer_mentions:
+            relations = self._nearest_relations(mention, in_answer) or in_question
+            for relation in relations:
+                for subject in entities:
+                    if subject != mention.node and self.objects(subject, relation):
+                        claims.append(Claim(subject, relation, mention.node))
+        return list(dict.fromkeys(claims))
+
+    def _phrase_positions(self, words: list[str]) -> list[tuple[str, int]]:
+        """(relation, word offset) of every relation phrase in ``words``."""
+        text = " " + " ".join(words) + " "
+        found = []
+        for relation, phrases in self.relation_phrases.items():
+            for phrase in phrases:
+                start = text.find(f" {phrase} ")
+                while start != -1:
+                    found.append((relation, text.count(" ", 0, start + 1) - 1))
+                    start = text.find(f" {phrase} ", start + 1)
+        return found
+
+    @staticmethod
+    def _nearest_relations(mention: Mention, positions: list[tuple[str, int]]) -> set[str]:
+        """Relations whose phrase is closest to the mention, preferring phrases before it."""
+        outside = [(r, p) for r, p in positions if not mention.start <= p < mention.end]
+        if not outside:
+            return set()
+        before = [(r, p) for r, p in outside if p < mention.start]
+        pool = before or outside
+        best = min(abs(mention.start - p) for _, p in pool)
+        return {r for r, p in pool if abs(mention.start - p) == best}
+
+    def check_answer(self, answer: str, question: str = "") -> list[ClaimCheck]:
+        return [self.check(c) for c in self.extract_claims(answer, question)]
+
+
+def _word(token: str) -> str:
+    return _SPACE.sub(" ", _PUNCT.sub(" ", token.casefold())).strip()
+
+
+def _words(text: str) -> list[str]:
+    """Normalised words, the unit of linking and of relation phrases (articles kept)."""
+    return [w for w in (_word(t) for t in _TOKEN.findall(text)) if w]
+
+
+def _read_rows(path: Path, width: int) -> Iterable[tuple[str, ...]]:
+    separator = "\t" if path.suffix == ".tsv" else "|"
+    with path.open(encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            line = line.rstrip("\n")
+            if not line.strip() or line.startswith("#"):
+                continue
+            fields = [f.strip() for f in line.split(separator)]
+            if len(fields) != width or not all(fields):
+                raise ValueError(
+                    f"{path.name} line {line_no}: "
+                    f"expected {width} fields separated by {separator!r}"
+                )
+            yield tuple(fields)
+
+
+def _read_triples(path: Path) -> Iterable[tuple[str, str, str]]:
+    if path.suffix == ".jsonl":
+        with path.open(encoding="utf-8") as handle:
+            for line_no, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                    yield str(record["subject"]), str(record["relation"]), str(record["object"])
+                except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                    raise ValueError(
+                        f"{path.name} line {line_no}: expected subject, relation, object"
+                    ) from exc
+        return
+    for row in _read_rows(path, 3):
+        yield row[0], row[1], row[2]
+
+
+class KnowledgeGraphGuard(Guard):
+    """FAIL when the answer contradicts the graph, PASS when the graph supports its claims,
+    ABSTAIN when the graph cannot judge it (no claims, or only claims it does not hold)."""
+
+    name = "knowledge_graph"
+
+    def __init__(self, graph: KnowledgeGraph):
+        self.graph = graph
+
+    def check(self, ctx: GuardContext) -> GuardResult:
+        if not ctx.answer.strip():
+            return self.abstain("the answer is empty")
+        checks = self.graph.check_answer(ctx.answer, ctx.question)
+        evidence = {
+            "claims": [
+                {**asdict(c.claim), "verdict": c.verdict.value, "graph_says": list(c.known_objects)}
+                for c in checks
+            ]
+        }
+        supported = sum(c.verdict is Verdict.SUPPORTED for c in checks)
+        contradicted = [c for c in checks if c.verdict is Verdict.CONTRADICTED]
+        judged = supported + len(contradicted)
+        if contradicted:
+            first = contradicted[0]
+            reason = (
+                f"the graph says {first.claim.subject} {first.claim.relation.replace('_', ' ')} "
+                f"{', '.join(first.known_objects)}, not {first.claim.object}"
+            )
+            return GuardResult(self.name, Outcome.FAIL, supported / judged, reason, evidence)
+        if supported:
+            return GuardResult(
+                self.name,
+                Outcome.PASS,
+                1.0,
+                f"{supported} claim(s) supported by the graph",
+                evidence,
+            )
+        if checks:
+            return self.abstain(
+                "the graph holds none of the answer's claims (unknown is not false)", **evidence
+            )
+        return self.abstain("no claim in the answer that the graph can judge")

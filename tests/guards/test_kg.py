@@ -1,0 +1,150 @@
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from guards import Claim, GuardContext, KnowledgeGraph, KnowledgeGraphGuard, Outcome, Verdict
+from guards.kg import MOVIE_RELATION_PHRASES, normalize
+
+ROOT = Path(__file__).resolve().parents[2]
+METAQA = ROOT.parent / "shared" / "data" / "metaqa_wikimovies" / "kb" / "kb_reconstructed.txt"
+TRIPLES = [
+    ("Kismet", "directed_by", "William Dieterle"),
+    ("Kismet", "release_year", "1944"),
+    ("Kismet", "starred_actors", "Ronald Colman"),
+    ("Kismet", "starred_actors", "Marlene Dietrich"),
+    ("The Matrix", "directed_by", "Lana Wachowski"),
+    ("The Matrix", "directed_by", "Lilly Wachowski"),
+    ("The Matrix", "release_year", "1999"),
+    ("Bound", "directed_by", "Lana Wachowski"),
+    ("Made", "directed_by", "Jon Favreau"),
+    ("Amélie", "release_year", "2001"),
+]
+
+
+@pytest.fixture
+def kg() -> KnowledgeGraph:
+    return KnowledgeGraph(
+        TRIPLES,
+        aliases={"Matrix 1": "The Matrix"},
+        functional_relations={"release_year", "directed_by"},
+        relation_phrases=MOVIE_RELATION_PHRASES,
+    )
+
+
+def verdicts(
+    kg: KnowledgeGraph, answer: str, question: str = ""
+) -> list[tuple[str, str, str, Verdict]]:
+    return [
+        (c.claim.subject, c.claim.relation, c.claim.object, c.verdict)
+        for c in kg.check_answer(answer, question)
+    ]
+
+
+def test_normalisation_aliases_and_fuzzy_resolution(kg: KnowledgeGraph) -> None:
+    assert normalize("  The MATRIX!! ") == "matrix"
+    assert kg.resolve("the matrix") == "The Matrix" and kg.resolve("Matrix 1") == "The Matrix"
+    assert kg.resolve("Amelie") == "Amélie"  # accents folded
+    assert kg.resolve("William Deiterle") == "William Dieterle"  # fuzzy
+    assert kg.resolve("William Deiterle", fuzzy=False) is None
+    assert kg.resolve("Nobody At All") is None
+
+
+def test_supported_contradicted_and_unknown(kg: KnowledgeGraph) -> None:
+    assert verdicts(kg, "Kismet was directed by William Dieterle.") == [
+        ("Kismet", "directed_by", "William Dieterle", Verdict.SUPPORTED)
+    ]
+    assert verdicts(kg, "It came out in 1999.", "When was Kismet released?") == [
+        ("Kismet", "release_year", "1999", Verdict.CONTRADICTED)
+    ]
+    # Not in the graph is not false: starred_actors is not functional.
+    assert verdicts(kg, "Kismet starred Lana Wachowski.") == [
+        ("Kismet", "starred_actors", "Lana Wachowski", Verdict.UNKNOWN)
+    ]
+    # Two directors: either is supported.
+    assert verdicts(kg, "The Matrix was directed by Lilly Wachowski.")[0][3] is Verdict.SUPPORTED
+
+
+def test_each_entity_takes_the_nearest_relation(kg: KnowledgeGraph) -> None:
+    found = verdicts(kg, "Kismet was directed by William Dieterle and released in 1944.")
+    assert found == [
+        ("Kismet", "directed_by", "William Dieterle", Verdict.SUPPORTED),
+        ("Kismet", "release_year", "1944", Verdict.SUPPORTED),
+    ]
+
+
+def test_lower_case_common_words_are_not_titles(kg: KnowledgeGraph) -> None:
+    # "Made" is a film; "made" in a sentence is a verb.
+    assert verdicts(kg, "Kismet was directed by William Dieterle; a remake was made later.") == [
+        ("Kismet", "directed_by", "William Dieterle", Verdict.SUPPORTED)
+    ]
+    assert verdicts(kg, "jon favreau directed made") == [
+        ("Made", "directed_by", "Jon Favreau", Verdict.SUPPORTED)
+    ]
+
+
+def test_paths_between_entities(kg: KnowledgeGraph) -> None:
+    paths = kg.paths("Bound", "The Matrix", max_hops=2)
+    assert [
+        ("Bound", "directed_by", "Lana Wachowski"),
+        ("The Matrix", "directed_by", "Lana Wachowski"),
+    ] in paths
+
+
+def test_guard_outcomes(kg: KnowledgeGraph) -> None:
+    guard = KnowledgeGraphGuard(kg)
+    ok = guard.check(GuardContext("Who directed Kismet?", "William Dieterle directed it."))
+    assert ok.outcome is Outcome.PASS and ok.evidence["claims"][0]["verdict"] == "supported"
+    bad = guard.check(GuardContext("When was Kismet released?", "Kismet was released in 1999."))
+    assert bad.outcome is Outcome.FAIL and "1944" in bad.reason and bad.score == 0.0
+    unknown = guard.check(GuardContext("Who starred in Kismet?", "Kismet starred Lana Wachowski."))
+    assert unknown.outcome is Outcome.ABSTAIN and "unknown is not false" in unknown.reason
+    nothing = guard.check(GuardContext("What is a KV cache?", "It stores keys and values."))
+    assert nothing.outcome is Outcome.ABSTAIN
+    assert guard.check(GuardContext("q", "  ")).outcome is Outcome.ABSTAIN
+
+
+def test_file_formats_and_malformed_lines(tmp_path: Path) -> None:
+    (tmp_path / "g.txt").write_text("# comment\nA|rel|B\n\nB|rel|C\n")
+    (tmp_path / "g.tsv").write_text("A\trel\tB\n")
+    (tmp_path / "g.jsonl").write_text(
+        json.dumps({"subject": "A", "relation": "rel", "object": "B"}) + "\n"
+    )
+    (tmp_path / "aliases.txt").write_text("alpha|A\n")
+    txt = KnowledgeGraph.from_file(tmp_path / "g.txt", aliases_path=tmp_path / "aliases.txt")
+    assert len(txt) == 2 and txt.resolve("alpha") == "A"
+    assert txt.check(Claim("A", "rel", "B")).verdict is Verdict.SUPPORTED
+    assert len(KnowledgeGraph.from_file(tmp_path / "g.tsv")) == 1
+    assert len(KnowledgeGraph.from_file(tmp_path / "g.jsonl")) == 1
+    (tmp_path / "bad.txt").write_text("A|rel|B\nA|rel\n")
+    with pytest.raises(ValueError, match="line 2"):
+        KnowledgeGraph.from_file(tmp_path / "bad.txt")
+
+
+def test_the_demo_graph_loads_with_its_aliases() -> None:
+    data = ROOT / "rag" / "data"
+    demo = KnowledgeGraph.from_file(data / "demo_kg.txt", aliases_path=data / "demo_kg_aliases.txt")
+    assert len(demo) >= 150
+    assert demo.resolve("key-value cache") == demo.resolve("kv cache") is not None
+
+
+@pytest.mark.skipif(not METAQA.is_file(), reason="the shared MetaQA data is not present")
+def test_metaqa_gold_claims_with_surface_noise_are_supported_and_corruptions_are_not() -> None:
+    kg = KnowledgeGraph.from_file(
+        METAQA, functional_relations={"release_year"}, relation_phrases=MOVIE_RELATION_PHRASES
+    )
+    rng = random.Random(0)
+    lines = [line.split("|") for line in METAQA.read_text(encoding="utf-8").splitlines()]
+    years = sorted({o for _, r, o in lines if r == "release_year"})
+    sample = [t for t in rng.sample(lines, 400) if t[1] == "release_year" and normalize(t[0])][:40]
+    assert len(sample) >= 20
+    for subject, relation, obj in sample:
+        noisy = subject.upper().removeprefix("THE ")
+        assert kg.resolve(noisy) is not None, subject
+        claim = Claim(kg.resolve(noisy) or "", relation, kg.resolve(obj) or "")
+        assert kg.check(claim).verdict is Verdict.SUPPORTED
+        wrong = rng.choice([y for y in years if y not in kg.objects(claim.subject, relation)])
+        assert kg.check(Claim(claim.subject, relation, wrong)).verdict is Verdict.CONTRADICTED
