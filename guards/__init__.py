@@ -11,6 +11,9 @@ from guards.base import (
     GuardRun,
     Outcome,
 )
+from guards.consistency import SelfConsistencyGuard, cluster_answers
+from guards.embedder import Embedder
+from guards.grounding import GroundingGuard
 from guards.kg import Claim, ClaimCheck, KnowledgeGraph, KnowledgeGraphGuard, Verdict
 from guards.repetition import RepetitionGuard, is_looping
 
@@ -18,7 +21,9 @@ __all__ = [
     "Candidate",
     "Claim",
     "ClaimCheck",
+    "Embedder",
     "Evidence",
+    "GroundingGuard",
     "Guard",
     "GuardChain",
     "GuardContext",
@@ -28,6 +33,8 @@ __all__ = [
     "KnowledgeGraphGuard",
     "Outcome",
     "RepetitionGuard",
+    "SelfConsistencyGuard",
     "Verdict",
+    "cluster_answers",
     "is_looping",
 ]

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from guards.base import Candidate, Guard, GuardContext, GuardResult, Outcome
+from guards.text import sentences
 
 T = TypeVar("T")
 _WORD = re.compile(r"\w+", re.UNICODE)
-_SENTENCE = re.compile(r"(?<=[.!?。！？])\s*")
 
 
 def tail_loop(
@@ -98,8 +98,8 @@ class RepetitionGuard(Guard):
         loop = tail_loop(words, self.min_pattern, self.max_pattern, self.min_repeats)
         if loop:
             problems.append(f"it ends in a loop of a {loop}-word pattern")
-        sentences = [" ".join(_WORD.findall(s.casefold())) for s in _SENTENCE.split(candidate.text)]
-        repeated = [s for s, c in Counter(s for s in sentences if s).items() if c > 1]
+        said = [" ".join(_WORD.findall(s.casefold())) for s in sentences(candidate.text)]
+        repeated = [s for s, c in Counter(s for s in said if s).items() if c > 1]
         if repeated:
             problems.append(f"sentence repeated: {repeated[0][:60]!r}")
         if self.fail_on_cutoff and candidate.finish_reason == "length":

@@ -10,34 +10,15 @@ from __future__ import annotations
 
 import re
 
+from guards.text import cited_numbers, content_words, overlap, sentences
 from rag.types import Citation, Passage
 
-_MARKER = re.compile(r"\[(\d{1,3})\]")
-_WORD = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+")
-_STOPWORDS = frozenset(
-    (
-        "a an the of to in on for and or but is are was were be been being it its this "
-        "that these those as at by with from into than then so such can could would "
-        "should will may might do does did not no yes if what which who whom whose when "
-        "where why how i you he she they we them their there here also only just about "
-        "over under more most less very "
-    ).split()
-)
+__all__ = ["attribute", "cited_numbers", "content_words", "is_declined"]
+
 MIN_OVERLAP = 0.5
 _DECLINE = re.compile(
     r"\b(i (do not|don't|dont) know|cannot answer|can't answer|not (mentioned|provided) in)\b", re.I
 )
-
-
-def content_words(text: str) -> set[str]:
-    """Lower-cased words minus stop words."""
-    return {w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS}
-
-
-def cited_numbers(answer: str) -> list[int]:
-    """Marker numbers in order of first appearance."""
-    return list(dict.fromkeys(int(m) for m in _MARKER.findall(answer)))
 
 
 def is_declined(answer: str) -> bool:
@@ -58,11 +39,11 @@ def attribute(answer: str, passages: list[Passage]) -> list[Citation]:
         return []
     passage_words = [content_words(p.text) for p in passages]
     numbers: list[int] = []
-    for sentence in _SENTENCE.split(answer):
+    for sentence in sentences(answer):
         words = content_words(sentence)
         if not words:
             continue
-        overlaps = [len(words & pw) / len(words) for pw in passage_words]
+        overlaps = [overlap(words, pw) for pw in passage_words]
         best = max(range(len(passages)), key=lambda i: overlaps[i], default=None)
         if best is not None and overlaps[best] >= MIN_OVERLAP and best + 1 not in numbers:
             numbers.append(best + 1)

@@ -1,0 +1,106 @@
+"""Self-consistency: do independently sampled answers agree?
+
+Candidates are normalised, grouped by meaning (identical after normalisation, then, with an
+embedder, cosine similarity above a threshold), and the largest group wins the vote. The share of
+candidates in that group (agreement) and the entropy of the group sizes (discrete semantic
+entropy) are the signals: a model that knows the answer says it the same way each time.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from dataclasses import dataclass
+
+import numpy as np
+
+from guards.base import Guard, GuardContext, GuardResult, Outcome
+from guards.embedder import Embedder
+
+_PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def normalize_answer(text: str) -> str:
+    text = unicodedata.normalize("NFKC", text).casefold()
+    text = _ARTICLES.sub(" ", _PUNCT.sub(" ", text))
+    return " ".join(text.split())
+
+
+@dataclass(frozen=True, slots=True)
+class Vote:
+    clusters: list[list[int]]
+    """Candidate indexes per meaning, largest first."""
+    agreement: float
+    semantic_entropy: float
+
+    @property
+    def majority(self) -> list[int]:
+        return self.clusters[0]
+
+
+def cluster_answers(
+    texts: list[str], embedder: Embedder | None = None, threshold: float = 0.85
+) -> Vote:
+    """Group answers by meaning and vote."""
+    keys = [normalize_answer(t) for t in texts]
+    clusters: list[list[int]] = []
+    by_key: dict[str, int] = {}
+    for i, key in enumerate(keys):
+        if key in by_key:
+            clusters[by_key[key]].append(i)
+        else:
+            by_key[key] = len(clusters)
+            clusters.append([i])
+    if embedder is not None and len(clusters) > 1:
+        vectors = embedder.embed([texts[c[0]] for c in clusters])
+        merged: list[list[int]] = []
+        centres: list[np.ndarray] = []
+        for members, vector in zip(clusters, vectors, strict=True):
+            sims = [float(vector @ c) for c in centres]
+            best = int(np.argmax(sims)) if sims else -1
+            if best >= 0 and sims[best] >= threshold:
+                merged[best].extend(members)
+            else:
+                merged.append(list(members))
+                centres.append(vector)
+        clusters = merged
+    clusters.sort(key=len, reverse=True)
+    shares = [len(c) / len(texts) for c in clusters]
+    entropy = -sum(p * math.log(p) for p in shares)
+    return Vote(clusters, shares[0], entropy)
+
+
+class SelfConsistencyGuard(Guard):
+    """PASS when at least ``min_agreement`` of the candidates mean what the answer means."""
+
+    name = "self_consistency"
+
+    def __init__(
+        self,
+        embedder: Embedder | None = None,
+        *,
+        min_agreement: float = 0.5,
+        similarity: float = 0.85,
+    ):
+        self.embedder = embedder
+        self.min_agreement = min_agreement
+        self.similarity = similarity
+
+    def check(self, ctx: GuardContext) -> GuardResult:
+        texts = [c.text for c in ctx.candidates]
+        if len(texts) < 2:
+            return self.abstain("self-consistency needs at least two sampled candidates")
+        vote = cluster_answers([*texts, ctx.answer], self.embedder, self.similarity)
+        answer_index = len(texts)
+        answer_cluster = next(c for c in vote.clusters if answer_index in c)
+        agreeing = len([i for i in answer_cluster if i != answer_index]) / len(texts)
+        evidence = {
+            "cluster_sizes": [len([i for i in c if i != answer_index]) for c in vote.clusters],
+            "agreement": agreeing,
+            "semantic_entropy": vote.semantic_entropy,
+        }
+        reason = f"{agreeing:.0%} of {len(texts)} samples agree with the answer"
+        outcome = Outcome.PASS if agreeing >= self.min_agreement else Outcome.FAIL
+        return GuardResult(self.name, outcome, agreeing, reason, evidence)

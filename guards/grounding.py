@@ -1,0 +1,71 @@
+"""Grounding: is each sentence of the answer supported by the passages it cites?
+
+A sentence is supported when the passage(s) it cites hold enough of its content words, or (with
+an embedder) are close enough in meaning. A sentence without a marker may be supported by any
+passage. Citations to passages that do not exist are flagged.
+"""
+
+from __future__ import annotations
+
+from guards.base import Guard, GuardContext, GuardResult, Outcome
+from guards.embedder import Embedder
+from guards.text import cited_numbers, content_words, overlap, sentences, strip_markers
+
+
+class GroundingGuard(Guard):
+    """PASS when every sentence is supported; score = share of supported sentences."""
+
+    name = "grounding"
+
+    def __init__(
+        self,
+        embedder: Embedder | None = None,
+        *,
+        min_overlap: float = 0.5,
+        min_similarity: float = 0.6,
+    ):
+        self.embedder = embedder
+        self.min_overlap = min_overlap
+        self.min_similarity = min_similarity
+
+    def check(self, ctx: GuardContext) -> GuardResult:
+        if not ctx.passages:
+            return self.abstain("no passages to ground the answer in")
+        claims = [s for s in sentences(ctx.answer) if content_words(strip_markers(s))]
+        if not claims:
+            return self.abstain("the answer makes no statement to ground")
+        passage_words = [content_words(p.text) for p in ctx.passages]
+        vectors = (
+            self.embedder.embed([strip_markers(s) for s in claims] + [p.text for p in ctx.passages])
+            if self.embedder
+            else None
+        )
+        unsupported: list[str] = []
+        dangling: list[int] = []
+        for k, sentence in enumerate(claims):
+            cited = cited_numbers(sentence)
+            dangling += [n for n in cited if not 1 <= n <= len(ctx.passages)]
+            pool = [n - 1 for n in cited if 1 <= n <= len(ctx.passages)] or range(len(ctx.passages))
+            words = content_words(strip_markers(sentence))
+            lexical = max(overlap(words, passage_words[i]) for i in pool)
+            semantic = (
+                max(float(vectors[k] @ vectors[len(claims) + i]) for i in pool)
+                if vectors is not None
+                else 0.0
+            )
+            if lexical < self.min_overlap and semantic < self.min_similarity:
+                unsupported.append(sentence)
+        supported_share = 1 - len(unsupported) / len(claims)
+        evidence = {
+            "unsupported_sentences": unsupported,
+            "dangling_citations": sorted(set(dangling)),
+        }
+        if dangling:
+            reason = f"citation(s) {sorted(set(dangling))} point to no passage"
+            return GuardResult(self.name, Outcome.FAIL, supported_share, reason, evidence)
+        if unsupported:
+            reason = (
+                f"{len(unsupported)} of {len(claims)} sentence(s) not supported by their passages"
+            )
+            return GuardResult(self.name, Outcome.FAIL, supported_share, reason, evidence)
+        return GuardResult(self.name, Outcome.PASS, 1.0, "every sentence is supported", evidence)

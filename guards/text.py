@@ -1,0 +1,42 @@
+"""Text helpers shared by the guards (and by ``rag``'s citation attribution)."""
+
+from __future__ import annotations
+
+import re
+
+_MARKER = re.compile(r"\[(\d{1,3})\]")
+_WORD = re.compile(r"\w+(?:[-']\w+)*", re.UNICODE)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])")
+_STOPWORDS = frozenset(
+    (
+        "a an the of to in on for and or but is are was were be been being it its this "
+        "that these those as at by with from into than then so such can could would "
+        "should will may might do does did not no yes if what which who whom whose when "
+        "where why how i you he she they we them their there here also only just about "
+        "over under more most less very "
+    ).split()
+)
+
+
+def content_words(text: str) -> set[str]:
+    """Lower-cased words minus stop words."""
+    return {w for w in _WORD.findall(text.casefold()) if w not in _STOPWORDS}
+
+
+def sentences(text: str) -> list[str]:
+    """Sentences of ``text`` (split after . ! ? and their CJK forms), empty ones dropped."""
+    return [s.strip() for s in _SENTENCE.split(text) if s.strip()]
+
+
+def cited_numbers(text: str) -> list[int]:
+    """``[n]`` marker numbers in order of first appearance."""
+    return list(dict.fromkeys(int(m) for m in _MARKER.findall(text)))
+
+
+def strip_markers(text: str) -> str:
+    return _MARKER.sub("", text)
+
+
+def overlap(words: set[str], reference: set[str]) -> float:
+    """Share of ``words`` found in ``reference`` (0 for no words)."""
+    return len(words & reference) / len(words) if words else 0.0

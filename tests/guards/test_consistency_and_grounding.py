@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from guards import (
+    Candidate,
+    Evidence,
+    GroundingGuard,
+    GuardContext,
+    Outcome,
+    SelfConsistencyGuard,
+    cluster_answers,
+)
+from guards.consistency import normalize_answer
+
+
+def ctx(answer: str, samples: list[str]) -> GuardContext:
+    return GuardContext(
+        "Who directed Kismet?", answer, candidates=tuple(Candidate(s) for s in samples)
+    )
+
+
+def test_normalisation_and_exact_vote() -> None:
+    assert normalize_answer("  The Paris! ") == normalize_answer("paris")
+    vote = cluster_answers(["Paris.", "paris", "Lyon", "The Paris"])
+    assert sorted(vote.majority) == [0, 1, 3] and vote.agreement == 0.75
+    assert vote.semantic_entropy == pytest.approx(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)))
+    assert cluster_answers(["x", "x"]).semantic_entropy == 0.0
+
+
+def test_guard_passes_agreement_fails_disagreement_and_abstains_alone() -> None:
+    guard = SelfConsistencyGuard(min_agreement=0.6)
+    agree = guard.check(
+        ctx("William Dieterle", ["William Dieterle.", "william dieterle", "Jon Favreau"])
+    )
+    assert agree.outcome is Outcome.PASS and agree.score == pytest.approx(2 / 3)
+    disagree = guard.check(
+        ctx("Jon Favreau", ["William Dieterle", "William Dieterle", "Jon Favreau"])
+    )
+    assert disagree.outcome is Outcome.FAIL and disagree.evidence["cluster_sizes"] == [2, 1]
+    assert guard.check(ctx("x", ["x"])).outcome is Outcome.ABSTAIN
+
+
+def test_embeddings_merge_paraphrases(embedder) -> None:  # type: ignore[no-untyped-def]
+    samples = [
+        "The KV cache stores keys and values of earlier tokens.",
+        "It keeps the key and value tensors of previous tokens.",
+        "Bananas are yellow.",
+    ]
+    lexical = cluster_answers(samples)
+    semantic = cluster_answers(samples, _RagEmbedder(embedder), threshold=0.6)
+    assert len(lexical.clusters) == 3 and len(semantic.clusters) == 2
+
+
+class _RagEmbedder:
+    """rag.embed.Embedder through the guards' protocol (as rag will wire it)."""
+
+    def __init__(self, embedder) -> None:  # type: ignore[no-untyped-def]
+        self.inner = embedder
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return self.inner.embed(texts)  # type: ignore[no-any-return]
+
+
+PASSAGES = (
+    Evidence("kv#0", "A KV cache stores the key and value tensors of previous tokens."),
+    Evidence("batch#0", "Continuous batching lets new requests join between decoding steps."),
+)
+
+
+def grounding(answer: str, embedder=None) -> tuple[Outcome, dict]:  # type: ignore[no-untyped-def]
+    result = GroundingGuard(embedder).check(GuardContext("q", answer, passages=PASSAGES))
+    return result.outcome, dict(result.evidence)
+
+
+def test_supported_sentences_pass_with_or_without_markers() -> None:
+    assert (
+        grounding("The KV cache stores key and value tensors of previous tokens [1].")[0]
+        is Outcome.PASS
+    )
+    assert grounding("New requests join between decoding steps.")[0] is Outcome.PASS
+
+
+def test_wrong_or_dangling_citations_and_unsupported_claims_fail() -> None:
+    outcome, evidence = grounding(
+        "The KV cache stores key and value tensors of previous tokens [2]."
+    )
+    assert outcome is Outcome.FAIL and len(evidence["unsupported_sentences"]) == 1
+    outcome, evidence = grounding("The KV cache stores key and value tensors [7].")
+    assert outcome is Outcome.FAIL and evidence["dangling_citations"] == [7]
+    outcome, _ = grounding("Quantization to four bits halves the latency on phones.")
+    assert outcome is Outcome.FAIL
+
+
+def test_grounding_abstains_without_passages_or_statements() -> None:
+    assert GroundingGuard().check(GuardContext("q", "Anything.")).outcome is Outcome.ABSTAIN
+    assert (
+        GroundingGuard().check(GuardContext("q", "[1]", passages=PASSAGES)).outcome
+        is Outcome.ABSTAIN
+    )
+
+
+def test_embedding_support_accepts_a_paraphrase(embedder) -> None:  # type: ignore[no-untyped-def]
+    paraphrase = "It keeps earlier tokens' keys and values around."
+    assert grounding(paraphrase)[0] is Outcome.FAIL  # too few shared words
+    assert grounding(paraphrase, _RagEmbedder(embedder))[0] is Outcome.PASS
