@@ -11,16 +11,21 @@ from guards.base import (
     GuardRun,
     Outcome,
 )
+from guards.confidence import ConfidenceModel, expected_calibration_error, features
 from guards.consistency import SelfConsistencyGuard, cluster_answers
 from guards.embedder import Embedder
 from guards.grounding import GroundingGuard
 from guards.kg import Claim, ClaimCheck, KnowledgeGraph, KnowledgeGraphGuard, Verdict
+from guards.policy import Action, Decision, Policy
 from guards.repetition import RepetitionGuard, is_looping
 
 __all__ = [
+    "Action",
     "Candidate",
     "Claim",
     "ClaimCheck",
+    "ConfidenceModel",
+    "Decision",
     "Embedder",
     "Evidence",
     "GroundingGuard",
@@ -32,9 +37,12 @@ __all__ = [
     "KnowledgeGraph",
     "KnowledgeGraphGuard",
     "Outcome",
+    "Policy",
     "RepetitionGuard",
     "SelfConsistencyGuard",
     "Verdict",
     "cluster_answers",
+    "expected_calibration_error",
+    "features",
     "is_looping",
 ]

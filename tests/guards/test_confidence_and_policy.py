@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from guards import (
+    Action,
+    ConfidenceModel,
+    GuardResult,
+    Outcome,
+    Policy,
+    expected_calibration_error,
+    features,
+)
+
+
+def result(name: str, outcome: Outcome, score: float | None = None) -> GuardResult:
+    return GuardResult(name, outcome, score, f"{name} {outcome.value}")
+
+
+def test_features_and_neutral_defaults() -> None:
+    feats = features(
+        [
+            result("grounding", Outcome.PASS, 1.0),
+            result("knowledge_graph", Outcome.FAIL, 0.0),
+            result("self_consistency", Outcome.ABSTAIN),
+        ],
+        token_logprobs=[math.log(0.5), math.log(0.5)],
+        retrieval_score=0.7,
+    )
+    assert feats["token_prob"] == pytest.approx(0.5) and feats["grounding"] == 1.0
+    assert feats["kg_contradicted"] == 1.0 and feats["kg_supported"] == 0.0
+    assert feats["agreement"] == 0.5 and feats["retrieval"] == 0.7  # abstained -> neutral
+    assert features([])["repetition_fail"] == 0.0
+
+
+def test_prior_orders_answers_sensibly() -> None:
+    prior = ConfidenceModel.prior()
+    good = features(
+        [result("grounding", Outcome.PASS, 1.0), result("knowledge_graph", Outcome.PASS, 1.0)],
+        token_logprobs=[-0.05],
+        retrieval_score=0.8,
+    )
+    bad = features(
+        [result("grounding", Outcome.FAIL, 0.0), result("knowledge_graph", Outcome.FAIL, 0.0)],
+        token_logprobs=[-2.5],
+        retrieval_score=0.3,
+    )
+    assert prior.score(good) > 0.7 > 0.2 > prior.score(bad)
+    assert not prior.calibrated
+
+
+def test_fit_calibrates_and_round_trips(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    rows, labels = [], []
+    for _ in range(2000):
+        grounding = float(rng.uniform())
+        truth = rng.uniform() < grounding  # correct with probability = grounding
+        rows.append({"grounding": grounding, "token_prob": float(rng.uniform())})
+        labels.append(int(truth))
+    model = ConfidenceModel.fit(rows, labels)
+    assert (
+        model.calibrated
+        and model.weights["grounding"] > 2
+        and abs(model.weights["token_prob"]) < 0.5
+    )
+    probs = [model.score(r) for r in rows]
+    assert expected_calibration_error(probs, labels) < 0.05
+    model.save(tmp_path / "confidence.json")
+    assert ConfidenceModel.load(tmp_path / "confidence.json").weights == model.weights
+    with pytest.raises(ValueError, match="both classes"):
+        ConfidenceModel.fit(rows[:3], [1, 1, 1])
+
+
+def test_ece_by_hand() -> None:
+    # Two bins: [0.1, 0.1] with labels [0, 1] -> |0.5 - 0.1| = 0.4; [0.9] with [1] -> 0.1.
+    assert expected_calibration_error([0.1, 0.1, 0.9], [0, 1, 1]) == pytest.approx(
+        (2 * 0.4 + 0.1) / 3
+    )
+
+
+def test_policy_thresholds_and_hard_failures() -> None:
+    policy = Policy(abstain_below=0.2, review_below=0.5)
+    assert policy.decide([], 0.9).action is Action.ANSWER
+    assert policy.decide([], 0.3).action is Action.REVIEW
+    assert policy.decide([], 0.1).action is Action.ABSTAIN
+    contradicted = policy.decide([result("knowledge_graph", Outcome.FAIL, 0.0)], 0.99)
+    assert contradicted.action is Action.REVIEW and "knowledge_graph" in contradicted.reasons[0]
+    assert (
+        policy.decide([result("grounding", Outcome.FAIL, 0.2)], 0.9)
+        .reasons[1]
+        .startswith("grounding")
+    )
+    with pytest.raises(ValueError, match="abstain_below"):
+        Policy(abstain_below=0.6, review_below=0.5)
