@@ -6,13 +6,16 @@ import logging
 import os
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine import EngineConfig, Generator, SamplingParams, build_generator
+from engine.outputs import CompletionOutput
+from guards import Action, cluster_answers
 from rag import citations
 from rag.collection import CollectionRegistry
 from rag.embed import Embedder
 from rag.errors import InvalidInputError
+from rag.guarding import AnswerChecker, Checked
 from rag.prompt import NO_ANSWER, build_messages
 from rag.retriever import VectorRetriever
 from rag.settings import Settings
@@ -41,6 +44,7 @@ class Pipeline:
         self.embedder = embedder
         self.generator = generator
         self.collections = CollectionRegistry.from_settings(settings, embedder)
+        self.checker = AnswerChecker(settings, embedder) if settings.guards_enabled else None
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> Pipeline:
@@ -66,6 +70,8 @@ class Pipeline:
 
     def close(self) -> None:
         self.collections.close()
+        if self.checker is not None:
+            self.checker.close()
 
     def ask(self, question: str, **options: object) -> Result:
         """Answer ``question`` from the index, with citations; options: ``AskOptions`` fields."""
@@ -91,14 +97,7 @@ class Pipeline:
         index_name = options.index or s.index_name
         top_k = s.top_k if options.top_k is None else options.top_k
         min_score = s.min_score if options.min_score is None else options.min_score
-        try:
-            params = SamplingParams(
-                temperature=s.temperature if options.temperature is None else options.temperature,
-                max_tokens=s.max_tokens if options.max_tokens is None else options.max_tokens,
-                seed=options.seed,
-            )
-        except ValueError as exc:
-            raise InvalidInputError(str(exc)) from exc
+        params = self._sampling_params(options)
         request_id = request_id or uuid.uuid4().hex
         started = time.perf_counter()
         collection = self.collections.get(index_name)
@@ -121,19 +120,73 @@ class Pipeline:
         prompt = self._fit_prompt(question, passages, params.max_tokens)
         gen_started = time.perf_counter()
         output = self.generator.generate([prompt], params)[0]
-        completion = output.outputs[0]
+        completion = self._choose(output.outputs)
         timings["generate_s"] = time.perf_counter() - gen_started
         if (ttft := output.timing.time_to_first_token_s) is not None:
             timings["time_to_first_token_s"] = ttft
-        timings["total_s"] = time.perf_counter() - started
         answer = completion.text.strip()
-        usage = Usage(output.num_prompt_tokens, len(completion.token_ids))
-        reason = (
-            "the model found no answer in the passages" if citations.is_declined(answer) else None
+        usage = Usage(output.num_prompt_tokens, output.num_completion_tokens)
+        if citations.is_declined(answer):
+            timings["total_s"] = time.perf_counter() - started
+            reason = "the model found no answer in the passages"
+            return self._result(
+                request_id, question, NO_ANSWER, passages, reason, timings, usage, index_name
+            )
+        checked = None
+        if self.checker is not None:
+            guards_started = time.perf_counter()
+            checked = self.checker.check(question, completion, output.outputs, passages)
+            timings["guards_s"] = time.perf_counter() - guards_started
+        timings["total_s"] = time.perf_counter() - started
+        result = self._result(
+            request_id, question, answer, passages, None, timings, usage, index_name
         )
-        return self._result(
-            request_id, question, answer or NO_ANSWER, passages, reason, timings, usage, index_name
+        return result if checked is None else self._apply(result, checked)
+
+    def _sampling_params(self, options: AskOptions) -> SamplingParams:
+        s = self.settings
+        temperature = s.temperature if options.temperature is None else options.temperature
+        if s.num_candidates > 1 and temperature == 0.0:
+            temperature = s.candidate_temperature  # n identical greedy samples would vote nothing
+        try:
+            return SamplingParams(
+                n=s.num_candidates,
+                temperature=temperature,
+                max_tokens=s.max_tokens if options.max_tokens is None else options.max_tokens,
+                seed=options.seed,
+            )
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from exc
+
+    def _choose(self, completions: list[CompletionOutput]) -> CompletionOutput:
+        """The answer: the only completion, or a member of the largest group of agreeing ones."""
+        if len(completions) == 1:
+            return completions[0]
+        vote = cluster_answers([c.text for c in completions], self.embedder)
+        return completions[vote.majority[0]]
+
+    def _apply(self, result: Result, checked: Checked) -> Result:
+        """Attach the guards' verdicts and act on the decision."""
+        decision = checked.decision
+        result = replace(
+            result,
+            confidence=checked.confidence,
+            decision=decision.action.value,
+            decision_reasons=decision.reasons,
+            guard_results=checked.verdicts(),
         )
+        if decision.action is Action.ABSTAIN:
+            reason = "; ".join(decision.reasons)
+            return replace(
+                result, answer=NO_ANSWER, citations=[], abstained=True, abstain_reason=reason
+            )
+        if decision.action is Action.REVIEW:
+            assert self.checker is not None
+            review_id = self.checker.queue_for_review(
+                result.question, result.answer, checked, result.passages
+            )
+            return replace(result, review_id=review_id)
+        return result
 
     def _fit_prompt(self, question: str, passages: list[Passage], max_tokens: int) -> str:
         """The grounded prompt, dropping the least relevant passages (in place) until the prompt
@@ -176,6 +229,8 @@ class Pipeline:
             passages=passages,
             abstained=abstain_reason is not None,
             abstain_reason=abstain_reason,
+            decision="abstain" if abstain_reason is not None else "answer",
+            decision_reasons=[abstain_reason] if abstain_reason is not None else [],
             timings=timings,
             usage=usage,
             model=self.generator.model_name,

@@ -52,6 +52,23 @@ class Settings(BaseSettings):
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="0 = greedy")
     max_question_chars: int = Field(2000, ge=1, description="longest accepted question")
 
+    # Guards and decisions
+    guards_enabled: bool = Field(True, description="check every answer and decide")
+    num_candidates: int = Field(
+        1, ge=1, le=16, description="answers sampled per question (>1: self-consistency vote)"
+    )
+    candidate_temperature: float = Field(0.7, ge=0.0, le=2.0, description="sampling for n > 1")
+    knowledge_graph: Path | None = Field(
+        None, description="triples file to check answers against; empty = the demo graph"
+    )
+    knowledge_graph_aliases: Path | None = None
+    confidence_model: Path | None = Field(
+        None, description="fitted confidence model (JSON); empty = uncalibrated prior weights"
+    )
+    abstain_below: float = Field(0.2, ge=0.0, le=1.0, description="abstain under this confidence")
+    review_below: float = Field(0.5, ge=0.0, le=1.0, description="send to review under this")
+    data_dir: Path = Field(Path("data"), description="review queue and other durable state")
+
     # Server
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)

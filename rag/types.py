@@ -31,6 +31,18 @@ class Citation:
 
 
 @dataclass(frozen=True, slots=True)
+class GuardVerdict:
+    """One guard's verdict on the answer, as users see it."""
+
+    name: str
+    outcome: str
+    """pass, fail or abstain."""
+    score: float | None
+    reason: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Usage:
     """Token counts of the generation step."""
 
@@ -54,6 +66,14 @@ class Result:
     model: str
     index: str
     request_id: str
+    confidence: float | None = None
+    """Probability that the answer is right (calibrated when a fitted model is configured)."""
+    decision: str = "answer"
+    """answer, abstain or review."""
+    decision_reasons: list[str] = field(default_factory=list)
+    guard_results: list[GuardVerdict] = field(default_factory=list)
+    review_id: str | None = None
+    """Set when the answer was queued for human review."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,4 +93,9 @@ class Result:
             model=data["model"],
             index=data["index"],
             request_id=data["request_id"],
+            confidence=data.get("confidence"),
+            decision=data.get("decision", "answer"),
+            decision_reasons=list(data.get("decision_reasons", [])),
+            guard_results=[GuardVerdict(**g) for g in data.get("guard_results", [])],
+            review_id=data.get("review_id"),
         )

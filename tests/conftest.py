@@ -46,7 +46,9 @@ def llm_engine():  # type: ignore[no-untyped-def]
 def settings(tmp_path: Path):  # type: ignore[no-untyped-def]
     from rag.settings import Settings
 
-    return Settings(index_dir=tmp_path / "indexes", max_tokens=48, _env_file=None)
+    return Settings(
+        index_dir=tmp_path / "indexes", data_dir=tmp_path / "data", max_tokens=48, _env_file=None
+    )
 
 
 @pytest.fixture

@@ -61,6 +61,14 @@ class CitationOut(BaseModel):
     method: str = Field(..., description="explicit (written by the model) or overlap (attributed)")
 
 
+class GuardVerdictOut(BaseModel):
+    name: str
+    outcome: str = Field(..., description="pass, fail or abstain")
+    score: float | None
+    reason: str
+    evidence: dict[str, Any]
+
+
 class UsageOut(BaseModel):
     prompt_tokens: int
     completion_tokens: int
@@ -80,6 +88,11 @@ class AskResponse(BaseModel):
     model: str
     index: str
     request_id: str
+    confidence: float | None = Field(None, description="probability that the answer is right")
+    decision: str = Field(..., description="answer, abstain or review")
+    decision_reasons: list[str]
+    guard_results: list[GuardVerdictOut]
+    review_id: str | None = Field(None, description="set when the answer awaits human review")
 
     @classmethod
     def from_result(cls, result: Result) -> AskResponse:

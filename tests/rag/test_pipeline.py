@@ -136,3 +136,44 @@ def test_settings_choose_the_generator_backend() -> None:
 
     with pytest.raises(ValueError, match="unknown generator backend"):
         build_generator(EngineConfig(), "vllm")
+
+
+def test_every_answer_is_checked_and_decided(demo_pipeline) -> None:  # type: ignore[no-untyped-def]
+    result = demo_pipeline.ask("What does a KV cache avoid recomputing?")
+    names = {g.name for g in result.guard_results}
+    assert names == {"repetition", "grounding", "self_consistency", "knowledge_graph"}
+    assert result.decision == "answer" and 0.5 <= result.confidence <= 1.0
+    assert next(g for g in result.guard_results if g.name == "grounding").outcome == "pass"
+    assert (
+        next(g for g in result.guard_results if g.name == "self_consistency").outcome == "abstain"
+    )  # one sample
+    assert "guards_s" in result.timings
+
+
+def test_low_confidence_goes_to_review_durably_or_abstains(demo_pipeline) -> None:  # type: ignore[no-untyped-def]
+    from guards import Policy
+    from guards.review import ReviewStore
+
+    demo_pipeline.checker.policy = Policy(abstain_below=0.0, review_below=0.9999)
+    reviewed = demo_pipeline.ask("What does a KV cache avoid recomputing?")
+    assert reviewed.decision == "review" and reviewed.review_id and not reviewed.abstained
+    store = ReviewStore(demo_pipeline.settings.data_dir / "reviews.sqlite")  # a second connection
+    item = store.get(reviewed.review_id)
+    assert item is not None and item["answer"] == reviewed.answer and item["status"] == "pending"
+    assert item["guard_results"] and reviewed.review_id in store.pending()
+    store.close()
+
+    demo_pipeline.checker.policy = Policy(abstain_below=0.9999, review_below=0.9999)
+    refused = demo_pipeline.ask("What does a KV cache avoid recomputing?")
+    assert refused.decision == "abstain" and refused.abstained and refused.answer == "I don't know."
+    assert refused.citations == [] and "confidence" in refused.abstain_reason
+
+
+def test_several_candidates_vote(demo_pipeline) -> None:  # type: ignore[no-untyped-def]
+    demo_pipeline.settings.num_candidates = 3
+    result = demo_pipeline.ask("What does a KV cache avoid recomputing?", seed=5, max_tokens=24)
+    consistency = next(g for g in result.guard_results if g.name == "self_consistency")
+    assert (
+        consistency.outcome in ("pass", "fail") and sum(consistency.evidence["cluster_sizes"]) == 3
+    )
+    assert result.usage.completion_tokens > 24  # three samples were generated

@@ -50,6 +50,12 @@ def test_ask_returns_a_cited_answer(client: TestClient) -> None:
     body = response.json()
     assert body["citations"] and body["citations"][0]["doc_id"] == "kv-cache.md"
     assert body["usage"]["completion_tokens"] > 0 and body["timings"]["total_s"] > 0
+    assert body["decision"] == "answer" and 0 <= body["confidence"] <= 1
+    assert {g["name"] for g in body["guard_results"]} >= {
+        "repetition",
+        "grounding",
+        "knowledge_graph",
+    }
     assert response.headers["x-request-id"]
 
 

@@ -1,0 +1,117 @@
+"""Runs the guards on a generated answer, scores its confidence and decides what to do with it."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from engine.outputs import CompletionOutput
+from guards import (
+    Candidate,
+    ConfidenceModel,
+    Decision,
+    Evidence,
+    GroundingGuard,
+    GuardChain,
+    GuardContext,
+    GuardResult,
+    KnowledgeGraph,
+    KnowledgeGraphGuard,
+    Policy,
+    RepetitionGuard,
+    SelfConsistencyGuard,
+    features,
+)
+from guards.review import ReviewStore
+from rag.embed import Embedder
+from rag.settings import Settings
+from rag.types import GuardVerdict, Passage
+
+logger = logging.getLogger(__name__)
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    results: list[GuardResult]
+    confidence: float
+    decision: Decision
+
+    def verdicts(self) -> list[GuardVerdict]:
+        return [
+            GuardVerdict(r.name, r.outcome.value, r.score, r.reason, dict(r.evidence))
+            for r in self.results
+        ]
+
+
+class AnswerChecker:
+    """The guard chain, the confidence model and the policy configured by the settings."""
+
+    def __init__(self, settings: Settings, embedder: Embedder):
+        guards = [RepetitionGuard(), GroundingGuard(embedder), SelfConsistencyGuard(embedder)]
+        graph = self._load_graph(settings)
+        if graph is not None:
+            guards.append(KnowledgeGraphGuard(graph))
+        self.chain = GuardChain(guards)
+        self.confidence = (
+            ConfidenceModel.load(settings.confidence_model)
+            if settings.confidence_model
+            else ConfidenceModel.prior()
+        )
+        self.policy = Policy(
+            abstain_below=settings.abstain_below, review_below=settings.review_below
+        )
+        self.reviews = ReviewStore(settings.data_dir / "reviews.sqlite")
+
+    @staticmethod
+    def _load_graph(settings: Settings) -> KnowledgeGraph | None:
+        path = settings.knowledge_graph or DATA / "demo_kg.txt"
+        aliases = settings.knowledge_graph_aliases or (
+            DATA / "demo_kg_aliases.txt" if settings.knowledge_graph is None else None
+        )
+        if not path.is_file():
+            logger.warning("knowledge graph %s not found: answers are not fact-checked", path)
+            return None
+        return KnowledgeGraph.from_file(path, aliases_path=aliases)
+
+    def check(
+        self,
+        question: str,
+        answer: CompletionOutput,
+        candidates: list[CompletionOutput],
+        passages: list[Passage],
+    ) -> Checked:
+        ctx = GuardContext(
+            question=question,
+            answer=answer.text.strip(),
+            passages=tuple(Evidence(p.chunk_id, p.text, p.score) for p in passages),
+            candidates=tuple(
+                Candidate(
+                    c.text.strip(), tuple(c.logprobs), c.finish_reason and str(c.finish_reason)
+                )
+                for c in candidates
+            ),
+        )
+        results = list(self.chain.run(ctx).results)
+        feats = features(
+            results,
+            token_logprobs=answer.logprobs,
+            retrieval_score=max((p.score for p in passages), default=None),
+        )
+        confidence = self.confidence.score(feats)
+        return Checked(results, confidence, self.policy.decide(results, confidence))
+
+    def queue_for_review(
+        self, question: str, answer: str, checked: Checked, passages: list[Passage]
+    ) -> str:
+        payload = {
+            "confidence": checked.confidence,
+            "reasons": checked.decision.reasons,
+            "guard_results": [asdict(v) for v in checked.verdicts()],
+            "passages": [asdict(p) for p in passages],
+        }
+        return self.reviews.add(question, answer, payload)
+
+    def close(self) -> None:
+        self.reviews.close()
