@@ -64,6 +64,12 @@ def _print_result(result: Any, as_json: bool) -> None:
     print(result.answer)
     if result.abstained:
         print(f"\n(abstained: {result.abstain_reason})")
+    elif result.confidence is not None:
+        print(f"\ndecision: {result.decision} (confidence {result.confidence:.2f})")
+        for reason in result.decision_reasons:
+            print(f"  - {reason}")
+        if result.review_id:
+            print(f"  queued for review as {result.review_id}")
     if result.citations:
         print("\nSources:")
         for c in result.citations:

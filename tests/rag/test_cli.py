@@ -73,6 +73,7 @@ def test_ingest_info_ask_and_delete(tmp_path: Path) -> None:
     result = json.loads(ask.stdout)
     assert result["citations"][0]["doc_id"] == "tower.md"
     assert "330" in result["answer"]
+    assert result["decision"] in ("answer", "review") and 0 <= result["confidence"] <= 1
 
     refused = ragguard("index", "delete", "notes", cwd=tmp_path, input_text="n\n")
     assert refused.returncode == 1 and (tmp_path / "indexes" / "notes").exists()
