@@ -114,7 +114,7 @@ class KnowledgeGraph:
             if node is not None:
                 self._by_key.setdefault(normalize(alias), node)
         self.functional_relations = set(functional_relations)
-        phrases = {r: [r.replace("_", " ")] for r in self.relations}
+        phrases = {r: _name_phrases(r) for r in self.relations}
         for relation, extra in (relation_phrases or {}).items():
             phrases.setdefault(relation, []).extend(extra)
         self.relation_phrases = {
@@ -142,14 +142,25 @@ class KnowledgeGraph:
 
     @classmethod
     def from_file(
-        cls, path: str | Path, *, aliases_path: str | Path | None = None, **kwargs: object
+        cls,
+        path: str | Path,
+        *,
+        aliases_path: str | Path | None = None,
+        functional_relations: Iterable[str] = (),
+        relation_phrases: Mapping[str, Iterable[str]] | None = None,
     ) -> KnowledgeGraph:
         """Load ``subject|relation|object`` lines (.txt), tab-separated (.tsv) or JSONL
-        (``{"subject", "relation", "object"}``); ``#`` lines are comments."""
+        (``{"subject", "relation", "object"}``); ``#`` lines are comments, and a comment
+        ``# functional: rel_a, rel_b`` declares relations with one value per subject."""
         aliases: dict[str, str] | None = None
         if aliases_path:
             aliases = {row[0]: row[1] for row in _read_rows(Path(aliases_path), 2)}
-        return cls(_read_triples(Path(path)), aliases=aliases, **kwargs)  # type: ignore[arg-type]
+        return cls(
+            _read_triples(Path(path)),
+            aliases=aliases,
+            functional_relations=set(functional_relations) | _declared_functional(Path(path)),
+            relation_phrases=relation_phrases,
+        )
 
     # --------------------------------------------------------------- lookup
     @property
@@ -282,6 +293,16 @@ class KnowledgeGraph:
         return [self.check(c) for c in self.extract_claims(answer, question)]
 
 
+def _name_phrases(relation: str) -> list[str]:
+    """Phrases a relation's name gives: "has_temperature" -> "has temperature", "temperature"."""
+    spoken = relation.replace("_", " ")
+    phrases = [spoken]
+    for prefix in ("has ", "is ", "in "):
+        if spoken.startswith(prefix) and len(spoken) > len(prefix):
+            phrases.append(spoken[len(prefix) :])
+    return phrases
+
+
 def _word(token: str) -> str:
     return _SPACE.sub(" ", _PUNCT.sub(" ", token.casefold())).strip()
 
@@ -289,6 +310,17 @@ def _word(token: str) -> str:
 def _words(text: str) -> list[str]:
     """Normalised words, the unit of linking and of relation phrases (articles kept)."""
     return [w for w in (_word(t) for t in _TOKEN.findall(text)) if w]
+
+
+def _declared_functional(path: Path) -> set[str]:
+    if path.suffix == ".jsonl":
+        return set()
+    declared: set[str] = set()
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if line.startswith("# functional:"):
+                declared |= {r.strip() for r in line.split(":", 1)[1].split(",") if r.strip()}
+    return declared
 
 
 def _read_rows(path: Path, width: int) -> Iterable[tuple[str, ...]]:

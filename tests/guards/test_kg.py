@@ -148,3 +148,15 @@ def test_metaqa_gold_claims_with_surface_noise_are_supported_and_corruptions_are
         assert kg.check(claim).verdict is Verdict.SUPPORTED
         wrong = rng.choice([y for y in years if y not in kg.objects(claim.subject, relation)])
         assert kg.check(Claim(claim.subject, relation, wrong)).verdict is Verdict.CONTRADICTED
+
+
+def test_demo_graph_declares_functional_presets_and_catches_a_wrong_value() -> None:
+    data = ROOT / "rag" / "data"
+    demo = KnowledgeGraph.from_file(data / "demo_kg.txt", aliases_path=data / "demo_kg_aliases.txt")
+    assert "has_temperature" in demo.functional_relations
+    guard = KnowledgeGraphGuard(demo)
+    question = "What temperature does the technical preset use?"
+    wrong = guard.check(GuardContext(question, "The technical preset uses a temperature of 0.9."))
+    assert wrong.outcome is Outcome.FAIL and "0.3" in wrong.reason
+    right = guard.check(GuardContext(question, "The technical preset uses a temperature of 0.3."))
+    assert right.outcome is Outcome.PASS
