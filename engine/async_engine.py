@@ -9,6 +9,7 @@ blocks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -45,12 +46,17 @@ class AsyncEngine:
         """Stream the request's outputs as tokens arrive."""
         self.check_health()
         request_id = request_id or uuid.uuid4().hex
+        loop = asyncio.get_running_loop()
         queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
-        self._streams[request_id] = (asyncio.get_running_loop(), queue)
+
+        def sink(output: RequestOutput) -> None:  # called on the engine's thread
+            loop.call_soon_threadsafe(queue.put_nowait, output)
+
+        self.engine.add_request(prompt, params, request_id, sink=sink)  # a duplicate id raises here
+        self._streams[request_id] = (loop, queue)
+        self._wake.set()
         finished = False
         try:
-            self.engine.add_request(prompt, params, request_id)
-            self._wake.set()
             while True:
                 item = await queue.get()
                 if isinstance(item, BaseException):
@@ -114,15 +120,11 @@ class AsyncEngine:
                 self._gather_arrivals()
                 idle = False
             try:
-                outputs = self.engine.step()
+                self.engine.step()  # outputs reach each request's sink
             except BaseException as exc:  # deliver to every waiting caller, then stop
                 logger.exception("engine step failed")
                 self._error = exc
                 for loop, queue in list(self._streams.values()):
-                    loop.call_soon_threadsafe(queue.put_nowait, exc)
+                    with contextlib.suppress(RuntimeError):  # that caller's loop is gone
+                        loop.call_soon_threadsafe(queue.put_nowait, exc)
                 return
-            for out in outputs:
-                stream = self._streams.get(out.request_id)
-                if stream is not None:
-                    loop, queue = stream
-                    loop.call_soon_threadsafe(queue.put_nowait, out)

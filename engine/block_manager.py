@@ -10,6 +10,8 @@ repeated system prompt or the same retrieved passages are prefilled once.
 
 from __future__ import annotations
 
+import hashlib
+from array import array
 from collections import deque
 from dataclasses import dataclass
 
@@ -20,7 +22,7 @@ from engine.sequence import Sequence
 class Block:
     block_id: int
     ref_count: int = 0
-    hash: int | None = None
+    hash: bytes | None = None
     token_ids: tuple[int, ...] | None = None
 
 
@@ -36,7 +38,7 @@ class BlockManager:
         self.enable_prefix_caching = enable_prefix_caching
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free_block_ids: deque[int] = deque(range(num_blocks))
-        self.hash_to_block: dict[int, int] = {}
+        self.hash_to_block: dict[bytes, int] = {}
         self.pending_copies: list[tuple[int, int]] = []
         """(source, destination) block copies the model runner must make before the next step."""
         self.num_prefix_queries = 0
@@ -64,8 +66,12 @@ class BlockManager:
         return -(-num_tokens // self.block_size)
 
     @staticmethod
-    def chain_hash(previous: int | None, token_ids: tuple[int, ...]) -> int:
-        return hash((previous, token_ids))
+    def chain_hash(previous: bytes | None, token_ids: tuple[int, ...]) -> bytes:
+        """A digest of the block's tokens and of every block before it (blake2b: a crafted
+        prompt cannot collide with another request's prefix to read its KV)."""
+        digest = hashlib.blake2b(previous or b"", digest_size=16)
+        digest.update(array("q", token_ids).tobytes())
+        return digest.digest()
 
     # -------------------------------------------------------------- allocate
     def can_allocate(self, seq: Sequence) -> bool:
@@ -77,7 +83,7 @@ class BlockManager:
         assert not seq.block_table, "sequence already holds blocks"
         # The last token is always computed, so that there are logits to sample from.
         num_matchable = (len(seq) - 1) // self.block_size if self.enable_prefix_caching else 0
-        previous: int | None = None
+        previous: bytes | None = None
         matching = True
         num_hits = 0
         for i in range(self.blocks_needed(len(seq))):
@@ -99,7 +105,7 @@ class BlockManager:
         seq.num_cached_tokens = num_hits * self.block_size
         seq.num_computed_tokens = seq.num_cached_tokens
 
-    def _lookup(self, block_hash: int, tokens: tuple[int, ...]) -> int | None:
+    def _lookup(self, block_hash: bytes, tokens: tuple[int, ...]) -> int | None:
         block_id = self.hash_to_block.get(block_hash)
         if block_id is None or self.blocks[block_id].token_ids != tokens:
             return None
@@ -170,7 +176,7 @@ class BlockManager:
         """Publish ``seq``'s full, computed blocks in the prefix cache."""
         if not self.enable_prefix_caching:
             return
-        previous: int | None = None
+        previous: bytes | None = None
         for i in range(seq.num_computed_tokens // self.block_size):
             block = self.blocks[seq.block_table[i]]
             tokens = tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +27,9 @@ from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
 
+OutputSink = Callable[[RequestOutput], None]
+logger = logging.getLogger(__name__)
+
 
 @dataclass(slots=True)
 class _Request:
@@ -35,9 +40,12 @@ class _Request:
     timing: RequestTiming
     seqs: list[Sequence] = field(default_factory=list)
 
+    aborted: bool = False
+
     @property
     def finished(self) -> bool:
-        return len(self.seqs) == self.params.n and all(s.is_finished for s in self.seqs)
+        done = len(self.seqs) == self.params.n and all(s.is_finished for s in self.seqs)
+        return self.aborted or done
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +104,8 @@ class LLMEngine:
         )
         self.runner = ModelRunner(model, num_blocks, config.block_size, self.device, dtype)
         self._requests: dict[str, _Request] = {}
-        self._finished_elsewhere: dict[str, RequestOutput] = {}
+        self._sinks: dict[str, OutputSink] = {}
+        self._collected: dict[str, RequestOutput] = {}
         self._lock = threading.RLock()
         self._num_generated = 0
         self._started = time.perf_counter()
@@ -120,9 +129,16 @@ class LLMEngine:
         return self.scheduler.has_unfinished
 
     def add_request(
-        self, prompt: Prompt, params: SamplingParams, request_id: str | None = None
+        self,
+        prompt: Prompt,
+        params: SamplingParams,
+        request_id: str | None = None,
+        sink: OutputSink | None = None,
     ) -> str:
-        """Queue a request; it joins the running batch at the next step with room for it."""
+        """Queue a request; it joins the running batch at the next step with room for it.
+
+        ``sink`` receives every output of the request, whichever thread steps the engine; the
+        last one has ``finished=True`` (also when the request is aborted)."""
         ids = self.prompts.prompt_ids(prompt, params)
         needed = self.block_manager.blocks_needed(len(ids) + params.max_tokens)
         if needed > self.block_manager.num_blocks:
@@ -146,19 +162,24 @@ class LLMEngine:
             seq.generator = self._generator(params, 0)
             request.seqs.append(seq)
             self._requests[request_id] = request
+            if sink is not None:
+                self._sinks[request_id] = sink
             self.scheduler.add(seq)
         return request_id
 
     def abort(self, request_id: str) -> None:
-        """Stop a request and free its blocks; unknown ids are ignored."""
+        """Stop a request and free its blocks; its sink gets a final output. Unknown ids are
+        ignored."""
         with self._lock:
-            request = self._requests.pop(request_id, None)
+            request = self._requests.get(request_id)
             if request is None:
                 return
             for seq in request.seqs:
                 if not seq.is_finished:
                     seq.finish_reason = FinishReason.ABORT
                     self.scheduler.finish(seq)
+            request.aborted = True
+            self._deliver(self._output(request))
 
     def generate(
         self, prompts: Seq[Prompt], params: SamplingParams | Seq[SamplingParams]
@@ -172,35 +193,24 @@ class LLMEngine:
         ids: list[str] = []
         try:
             for prompt, sp in zip(prompts, params_list, strict=True):
-                ids.append(self.add_request(prompt, sp))
+                ids.append(self.add_request(prompt, sp, sink=self._collect))
             return self._run_until_finished(ids)
         except BaseException:
             for request_id in ids:
                 self.abort(request_id)
+                self._collected.pop(request_id, None)
             raise
 
     def _run_until_finished(self, request_ids: list[str]) -> list[RequestOutput]:
-        """Step until these requests finish. Several threads may call this at once: whoever
-        holds the lock steps for everybody (so concurrent callers share batches) and leaves
-        the others' finished outputs for them to collect."""
+        """Step until these requests finish. Several threads may call this at once (and an
+        AsyncEngine may be stepping too): whoever steps delivers every output to its request's
+        sink, so concurrent callers share batches and each gets its own results."""
         pending = set(request_ids)
-        done: dict[str, RequestOutput] = {}
-        while pending:
+        while pending - self._collected.keys():
             with self._lock:
-                for request_id in [r for r in pending if r in self._finished_elsewhere]:
-                    done[request_id] = self._finished_elsewhere.pop(request_id)
-                    pending.discard(request_id)
-                if not pending:
-                    break
-                for out in self.step():
-                    if not out.finished:
-                        continue
-                    if out.request_id in pending:
-                        done[out.request_id] = out
-                        pending.discard(out.request_id)
-                    else:
-                        self._finished_elsewhere[out.request_id] = out
-        return [done[i] for i in request_ids]
+                if pending - self._collected.keys():
+                    self.step()
+        return [self._collected.pop(i) for i in request_ids]
 
     def stats(self) -> EngineStats:
         bm = self.block_manager
@@ -234,7 +244,25 @@ class LLMEngine:
                 seq.num_computed_tokens += num_tokens
                 self.block_manager.register_computed_blocks(seq)
             touched = self._sample_and_append(sampling, logits)
-            return [self._output(self._requests[r]) for r in touched if r in self._requests]
+            outputs = [self._output(self._requests[r]) for r in touched if r in self._requests]
+            for out in outputs:
+                self._deliver(out)
+            return outputs
+
+    def _collect(self, output: RequestOutput) -> None:
+        """Sink of ``generate``: keep finished outputs for the caller that waits on them."""
+        if output.finished:
+            self._collected[output.request_id] = output
+
+    def _deliver(self, output: RequestOutput) -> None:
+        sink = self._sinks.get(output.request_id)
+        if output.finished:
+            self._sinks.pop(output.request_id, None)
+        if sink is not None:
+            try:
+                sink(output)
+            except Exception:  # a caller that went away must not stop the engine
+                logger.warning("dropping output of request %s", output.request_id, exc_info=True)
 
     def _sample_and_append(self, sampling: list[Sequence], logits: torch.Tensor) -> list[str]:
         rows: list[SampleRow] = []

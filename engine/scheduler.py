@@ -1,8 +1,8 @@
 """Continuous batching: which sequences run in the next step, and how many tokens each.
 
-Every step fills a token budget. Running sequences go first, in arrival order: a decoding one
-takes one token, one still prefilling takes the next chunk of its prompt (so a long prompt never
-holds running decodes back for a whole prefill). Waiting sequences are then admitted in arrival
+Every step fills a token budget. Running sequences go first: every decoding one takes one token,
+then those still prefilling take the next chunk of their prompt, in arrival order (so a long
+prompt never holds running decodes back). Waiting sequences are then admitted in arrival
 order while the budget, the sequence limit and the free KV blocks allow. When a decode has no room
 for its next token, the most recently admitted running sequence is preempted: its blocks are
 freed and it waits at the front of the queue to be recomputed.
@@ -71,7 +71,10 @@ class Scheduler:
         batch = ScheduledBatch()
         budget = self.max_num_batched_tokens
         scheduled: set[int] = set()
-        for seq in list(self.running):
+        # Decodes first (one token each), then prefill chunks: a long prompt never stalls them.
+        decoding = [s for s in self.running if s.num_uncomputed_tokens == 1]
+        prefilling = [s for s in self.running if s.num_uncomputed_tokens > 1]
+        for seq in decoding + prefilling:
             if budget == 0:
                 break
             if seq.status is not SequenceStatus.RUNNING:

@@ -110,3 +110,57 @@ def test_requests_arriving_together_share_the_first_step(llm_engine) -> None:  #
     finally:
         llm_engine.config.max_batch_wait_ms = 0.0
         engine.shutdown()
+
+
+def test_external_abort_ends_the_stream_and_duplicate_ids_are_refused(
+    async_engine: AsyncEngine,
+) -> None:
+    from engine import FinishReason
+
+    text = prompt(async_engine, "Tell me a long story about the sea.")
+
+    async def main() -> list:
+        outputs = []
+
+        async def consume() -> None:
+            async for out in async_engine.generate(
+                text, SamplingParams(max_tokens=300), request_id="story"
+            ):
+                outputs.append(out)
+
+        task = asyncio.create_task(consume())
+        await asyncio.sleep(0.5)
+        with pytest.raises(ValueError, match="already in use"):
+            async for _ in async_engine.generate(
+                text, SamplingParams(max_tokens=5), request_id="story"
+            ):
+                pass
+        async_engine.abort("story")
+        await asyncio.wait_for(task, timeout=30)
+        return outputs
+
+    outputs = asyncio.run(main())
+    assert outputs[-1].finished and outputs[-1].outputs[0].finish_reason is FinishReason.ABORT
+    assert async_engine.engine.block_manager.num_used_blocks == 0
+
+
+def test_sync_and_async_callers_on_one_engine_both_get_their_results(
+    async_engine: AsyncEngine,
+) -> None:
+    import threading
+
+    engine = async_engine.engine
+    text = prompt(async_engine, "Name three colours.")
+    sync_result: list = []
+    worker = threading.Thread(
+        target=lambda: sync_result.extend(engine.generate([text], SamplingParams(max_tokens=12)))
+    )
+
+    async def main():  # type: ignore[no-untyped-def]
+        worker.start()
+        return await async_engine.generate_full(text, SamplingParams(max_tokens=12))
+
+    async_result = asyncio.run(main())
+    worker.join(timeout=60)
+    assert sync_result and sync_result[0].finished and async_result.finished
+    assert sync_result[0].outputs[0].token_ids == async_result.outputs[0].token_ids

@@ -113,3 +113,38 @@ def test_invalid_sizes_are_rejected() -> None:
         BlockManager(num_blocks=0, block_size=4)
     with pytest.raises(ValueError, match="max_num_seqs"):
         Scheduler(BlockManager(4, 4), max_num_seqs=0, max_num_batched_tokens=8)
+
+
+def test_decodes_are_scheduled_before_a_long_prefill_that_would_take_the_budget() -> None:
+    bm = BlockManager(num_blocks=64, block_size=4)
+    sched = Scheduler(bm, max_num_seqs=4, max_num_batched_tokens=8)
+    long, forked = seq(list(range(40)), "long"), seq(list(range(3)), "forked")
+    bm.allocate(long)
+    long.num_computed_tokens = 8  # mid-prefill, ahead of the other in the running list
+    sched.add_running(long)
+    bm.allocate(forked)
+    forked.num_computed_tokens = 3
+    forked.token_ids.append(1)  # decoding, appended behind (as forked samples are)
+    sched.add_running(forked)
+    batch = sched.schedule()
+    assert [(s.request_id, n) for s, n in batch.items] == [("forked", 1), ("long", 7)]
+
+
+def test_the_last_holder_of_a_shared_block_writes_in_place_and_all_blocks_return() -> None:
+    bm = BlockManager(num_blocks=8, block_size=4)
+    parent = seq(list(range(6)))
+    bm.allocate(parent)
+    children = [seq(list(range(6))) for _ in range(2)]
+    for child in children:
+        bm.fork(parent, child)
+    for s in [parent, *children]:
+        s.token_ids.append(9)
+    bm.append_slot(children[0])
+    bm.append_slot(children[1])
+    last_block = parent.block_table[1]
+    assert bm.blocks[last_block].ref_count == 1
+    bm.append_slot(parent)  # the sole remaining holder: no copy
+    assert parent.block_table[1] == last_block and len(bm.pending_copies) == 2
+    for s in [parent, *children]:
+        bm.free(s)
+    assert bm.num_free_blocks == 8
