@@ -19,12 +19,12 @@ import numpy as np
 from guards.base import GuardResult, Outcome
 
 FEATURES = (
-    "token_prob",  # geometric-mean probability of the answer's tokens
-    "agreement",  # share of samples agreeing with the answer
-    "grounding",  # share of sentences supported by their passages
+    "token_prob",  # geometric-mean probability of the answer's tokens (centred)
+    "agreement",  # share of samples agreeing with the answer (centred)
+    "grounding",  # share of sentences supported by their passages (centred)
     "kg_supported",  # 1 if the graph supports a claim and contradicts none
     "kg_contradicted",  # 1 if the graph contradicts a claim
-    "retrieval",  # similarity of the best passage
+    "retrieval",  # similarity of the best passage (centred)
     "repetition_fail",  # 1 if the repetition guard failed
 )
 FORMAT_VERSION = 1
@@ -36,28 +36,27 @@ def features(
     token_logprobs: Sequence[float] = (),
     retrieval_score: float | None = None,
 ) -> dict[str, float]:
-    """The feature vector of one answer; missing signals take neutral values."""
+    """The feature vector of one answer. Probabilities and shares are centred on 0.5, so that a
+    missing signal (a guard that abstained, no logprobs) contributes nothing either way; a
+    grounding FAIL counts as no support at all."""
     by_name = {r.name: r for r in results}
 
-    def score(name: str, default: float) -> float:
+    def centred(name: str) -> float:
         r = by_name.get(name)
-        return (
-            default
-            if r is None or r.score is None or r.outcome is Outcome.ABSTAIN
-            else float(r.score)
-        )
+        if r is None or r.score is None or r.outcome is Outcome.ABSTAIN:
+            return 0.0
+        return (0.0 if r.outcome is Outcome.FAIL and name == "grounding" else float(r.score)) - 0.5
 
     kg = by_name.get("knowledge_graph")
     repetition = by_name.get("repetition")
+    mean_logprob = sum(token_logprobs) / len(token_logprobs) if token_logprobs else None
     return {
-        "token_prob": math.exp(sum(token_logprobs) / len(token_logprobs))
-        if token_logprobs
-        else 0.5,
-        "agreement": score("self_consistency", 0.5),
-        "grounding": score("grounding", 0.5),
+        "token_prob": math.exp(mean_logprob) - 0.5 if mean_logprob is not None else 0.0,
+        "agreement": centred("self_consistency"),
+        "grounding": centred("grounding"),
         "kg_supported": float(kg is not None and kg.outcome is Outcome.PASS),
         "kg_contradicted": float(kg is not None and kg.outcome is Outcome.FAIL),
-        "retrieval": retrieval_score if retrieval_score is not None else 0.5,
+        "retrieval": retrieval_score - 0.5 if retrieval_score is not None else 0.0,
         "repetition_fail": float(repetition is not None and repetition.outcome is Outcome.FAIL),
     }
 
@@ -82,7 +81,7 @@ class ConfidenceModel:
             "retrieval": 2.0,
             "repetition_fail": -3.0,
         }
-        return cls(weights, bias=-3.5, calibrated=False)
+        return cls(weights, bias=0.0, calibrated=False)  # no evidence at all: 0.5
 
     def score(self, feats: Mapping[str, float]) -> float:
         z = self.bias + sum(w * feats.get(name, 0.0) for name, w in self.weights.items())

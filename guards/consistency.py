@@ -95,12 +95,17 @@ class SelfConsistencyGuard(Guard):
         vote = cluster_answers([*texts, ctx.answer], self.embedder, self.similarity)
         answer_index = len(texts)
         answer_cluster = next(c for c in vote.clusters if answer_index in c)
-        agreeing = len([i for i in answer_cluster if i != answer_index]) / len(texts)
+        # The answer is usually one of the samples: that sample does not vote for itself.
+        own = next((i for i, t in enumerate(texts) if t.strip() == ctx.answer.strip()), None)
+        voters = len(texts) - (own is not None)
+        if voters == 0:
+            return self.abstain("no sample other than the answer itself")
+        agreeing = len([i for i in answer_cluster if i not in (answer_index, own)]) / voters
         evidence = {
             "cluster_sizes": [len([i for i in c if i != answer_index]) for c in vote.clusters],
             "agreement": agreeing,
             "semantic_entropy": vote.semantic_entropy,
         }
-        reason = f"{agreeing:.0%} of {len(texts)} samples agree with the answer"
+        reason = f"{agreeing:.0%} of the {voters} other samples agree with the answer"
         outcome = Outcome.PASS if agreeing >= self.min_agreement else Outcome.FAIL
         return GuardResult(self.name, outcome, agreeing, reason, evidence)

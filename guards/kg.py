@@ -27,6 +27,7 @@ _PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
 _SPACE = re.compile(r"\s+")
 _TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 MAX_ENTITY_WORDS = 12
+_FUNCTION_WORDS = frozenset({"a", "an", "the", "of", "to", "in", "on", "for", "by", "with"})
 
 
 def normalize(text: str) -> str:
@@ -107,6 +108,8 @@ class KnowledgeGraph:
         self.graph: nx.MultiDiGraph = nx.MultiDiGraph()
         self._by_key: dict[str, str] = {}
         self._objects: dict[tuple[str, str], set[str]] = defaultdict(set)
+        self._range: dict[str, set[str]] = defaultdict(set)
+        """Every object each relation has somewhere in the graph."""
         for subject, relation, obj in triples:
             self.add(subject, relation, obj)
         for alias, canonical in (aliases or {}).items():
@@ -129,6 +132,7 @@ class KnowledgeGraph:
         if o not in self._objects[(s, relation)]:
             self.graph.add_edge(s, o, key=relation, relation=relation)
             self._objects[(s, relation)].add(o)
+            self._range[relation].add(o)
 
     def _node(self, name: str) -> str:
         name = name.strip()
@@ -252,19 +256,39 @@ class KnowledgeGraph:
         answer_mentions = self.link(answer)
         if not answer_mentions:
             return []
-        entities = list(
-            dict.fromkeys([m.node for m in self.link(question)] + [m.node for m in answer_mentions])
-        )
+        question_entities = list(dict.fromkeys(m.node for m in self.link(question)))
         in_answer = self._phrase_positions(answer_words)
         in_question = {r for r, _ in self._phrase_positions(_words(question))}
         claims: list[Claim] = []
         for mention in answer_mentions:
             relations = self._nearest_relations(mention, in_answer) or in_question
             for relation in relations:
-                for subject in entities:
-                    if subject != mention.node and self.objects(subject, relation):
-                        claims.append(Claim(subject, relation, mention.node))
+                if mention.node not in self._range[relation]:
+                    continue  # not a possible value of this relation (a preset is no temperature)
+                for subject in self._subjects(
+                    mention, relation, answer_mentions, question_entities
+                ):
+                    claims.append(Claim(subject, relation, mention.node))
         return list(dict.fromkeys(claims))
+
+    def _subjects(
+        self,
+        obj: Mention,
+        relation: str,
+        answer_mentions: list[Mention],
+        question_entities: list[str],
+    ) -> list[str]:
+        """Who the answer says has ``obj`` as its ``relation``: the nearest entity of the answer
+        that has that relation in the graph, else the question's entities that have it."""
+        in_answer = [
+            m for m in answer_mentions if m.node != obj.node and self.objects(m.node, relation)
+        ]
+        if in_answer:
+            before = [m for m in in_answer if m.start < obj.start]
+            pool = before or in_answer  # "X ... uses a temperature of 0.9": the subject comes first
+            nearest = min(abs(m.start - obj.start) for m in pool)
+            return list(dict.fromkeys(m.node for m in pool if abs(m.start - obj.start) == nearest))
+        return [n for n in question_entities if n != obj.node and self.objects(n, relation)]
 
     def _phrase_positions(self, words: list[str]) -> list[tuple[str, int]]:
         """(relation, word offset) of every relation phrase in ``words``."""
@@ -298,13 +322,16 @@ def _name_phrases(relation: str) -> list[str]:
     spoken = relation.replace("_", " ")
     phrases = [spoken]
     for prefix in ("has ", "is ", "in "):
-        if spoken.startswith(prefix) and len(spoken) > len(prefix):
-            phrases.append(spoken[len(prefix) :])
+        rest = spoken[len(prefix) :]
+        if spoken.startswith(prefix) and rest and rest not in _FUNCTION_WORDS:
+            phrases.append(rest)  # "is_a" gives no bare "a": articles are not relation cues
     return phrases
 
 
 def _word(token: str) -> str:
-    return _SPACE.sub(" ", _PUNCT.sub(" ", token.casefold())).strip()
+    folded = unicodedata.normalize("NFKD", token)
+    folded = "".join(c for c in folded if not unicodedata.combining(c)).casefold()
+    return _SPACE.sub(" ", _PUNCT.sub(" ", folded)).strip()
 
 
 def _words(text: str) -> list[str]:

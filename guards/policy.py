@@ -30,7 +30,7 @@ class Policy:
 
     abstain_below: float = 0.2
     review_below: float = 0.5
-    review_on_failure: tuple[str, ...] = ("knowledge_graph", "repetition")
+    review_on_failure: tuple[str, ...] = ("knowledge_graph", "repetition", "grounding")
     """Guards whose FAIL sends the answer to a person whatever the confidence."""
 
     def __post_init__(self) -> None:

@@ -31,10 +31,25 @@ def test_features_and_neutral_defaults() -> None:
         token_logprobs=[math.log(0.5), math.log(0.5)],
         retrieval_score=0.7,
     )
-    assert feats["token_prob"] == pytest.approx(0.5) and feats["grounding"] == 1.0
+    # Centred on 0.5: a token probability of 0.5 and an abstaining guard contribute nothing.
+    assert feats["token_prob"] == pytest.approx(0.0) and feats["grounding"] == 0.5
     assert feats["kg_contradicted"] == 1.0 and feats["kg_supported"] == 0.0
-    assert feats["agreement"] == 0.5 and feats["retrieval"] == 0.7  # abstained -> neutral
-    assert features([])["repetition_fail"] == 0.0
+    assert feats["agreement"] == 0.0 and feats["retrieval"] == pytest.approx(0.2)
+    assert set(features([]).values()) == {0.0}
+    # A grounding FAIL is no support, whatever share it reports.
+    assert features([result("grounding", Outcome.FAIL, 0.9)])["grounding"] == -0.5
+
+
+def test_missing_evidence_gives_no_confidence_and_unsupported_answers_are_not_answered() -> None:
+    prior = ConfidenceModel.prior()
+    assert prior.score(features([])) == 0.5
+    unsupported = features(
+        [result("grounding", Outcome.FAIL, 1.0)],
+        token_logprobs=[math.log(0.85)],
+        retrieval_score=0.6,
+    )
+    decision = Policy().decide([result("grounding", Outcome.FAIL, 1.0)], prior.score(unsupported))
+    assert decision.action is not Action.ANSWER
 
 
 def test_prior_orders_answers_sensibly() -> None:
@@ -89,10 +104,8 @@ def test_policy_thresholds_and_hard_failures() -> None:
     assert policy.decide([], 0.1).action is Action.ABSTAIN
     contradicted = policy.decide([result("knowledge_graph", Outcome.FAIL, 0.0)], 0.99)
     assert contradicted.action is Action.REVIEW and "knowledge_graph" in contradicted.reasons[0]
-    assert (
-        policy.decide([result("grounding", Outcome.FAIL, 0.2)], 0.9)
-        .reasons[1]
-        .startswith("grounding")
-    )
+    assert policy.decide([result("grounding", Outcome.FAIL, 0.2)], 0.9).action is Action.REVIEW
+    soft = policy.decide([result("self_consistency", Outcome.FAIL, 0.2)], 0.9)
+    assert soft.action is Action.ANSWER and soft.reasons[1].startswith("self_consistency")
     with pytest.raises(ValueError, match="abstain_below"):
         Policy(abstain_below=0.6, review_below=0.5)

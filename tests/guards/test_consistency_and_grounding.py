@@ -41,7 +41,16 @@ def test_guard_passes_agreement_fails_disagreement_and_abstains_alone() -> None:
         ctx("Jon Favreau", ["William Dieterle", "William Dieterle", "Jon Favreau"])
     )
     assert disagree.outcome is Outcome.FAIL and disagree.evidence["cluster_sizes"] == [2, 1]
-    assert guard.check(ctx("x", ["x"])).outcome is Outcome.ABSTAIN
+    assert guard.check(ctx("x", ["y"])).outcome is Outcome.ABSTAIN  # fewer than two samples
+
+
+def test_the_answers_own_sample_does_not_vote_for_it() -> None:
+    guard = SelfConsistencyGuard(min_agreement=0.5)
+    # The answer is sample 0; the only other sample disagrees: 0 % agreement, not 50 %.
+    lone = guard.check(ctx("William Dieterle", ["William Dieterle", "Jon Favreau"]))
+    assert lone.outcome is Outcome.FAIL and lone.score == 0.0
+    backed = guard.check(ctx("William Dieterle", ["William Dieterle", "william dieterle."]))
+    assert backed.outcome is Outcome.PASS and backed.score == 1.0
 
 
 def test_embeddings_merge_paraphrases(embedder) -> None:  # type: ignore[no-untyped-def]
