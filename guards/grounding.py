@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from guards.base import Guard, GuardContext, GuardResult, Outcome
 from guards.embedder import Embedder
-from guards.text import cited_numbers, content_words, overlap, sentences, strip_markers
+from guards.text import (
+    cited_numbers,
+    content_words,
+    is_negated,
+    overlap,
+    sentences,
+    strip_markers,
+)
 
 
 class GroundingGuard(Guard):
@@ -34,7 +41,12 @@ class GroundingGuard(Guard):
         claims = [s for s in sentences(ctx.answer) if content_words(strip_markers(s))]
         if not claims:
             return self.abstain("the answer makes no statement to ground")
-        passage_words = [content_words(p.text) for p in ctx.passages]
+        # Support is judged sentence by sentence, and a negated claim needs a negated source:
+        # "X does not store Y" shares every content word with "X stores Y".
+        passage_sentences = [
+            [(content_words(t), is_negated(t)) for t in sentences(p.text)] or [(set(), False)]
+            for p in ctx.passages
+        ]
         vectors = (
             self.embedder.embed([strip_markers(s) for s in claims] + [p.text for p in ctx.passages])
             if self.embedder
@@ -46,11 +58,20 @@ class GroundingGuard(Guard):
             cited = cited_numbers(sentence)
             dangling += [n for n in cited if not 1 <= n <= len(ctx.passages)]
             pool = [n - 1 for n in cited if 1 <= n <= len(ctx.passages)] or range(len(ctx.passages))
-            words = content_words(strip_markers(sentence))
-            lexical = max(overlap(words, passage_words[i]) for i in pool)
+            words, negated = content_words(strip_markers(sentence)), is_negated(sentence)
+            lexical = (
+                max(
+                    overlap(words, source)
+                    for i in pool
+                    for source, neg in passage_sentences[i]
+                    if neg == negated
+                )
+                if any(neg == negated for i in pool for _, neg in passage_sentences[i])
+                else 0.0
+            )
             semantic = (
                 max(float(vectors[k] @ vectors[len(claims) + i]) for i in pool)
-                if vectors is not None
+                if vectors is not None and not negated
                 else 0.0
             )
             if lexical < self.min_overlap and semantic < self.min_similarity:

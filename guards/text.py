@@ -18,6 +18,14 @@ _STOPWORDS = frozenset(
 )
 
 
+_NEGATION = re.compile(r"\b(not|no|never|none|nor|cannot|without)\b|n't\b", re.IGNORECASE)
+
+
+def is_negated(text: str) -> bool:
+    """Does the sentence contain a negation?"""
+    return bool(_NEGATION.search(text))
+
+
 def content_words(text: str) -> set[str]:
     """Lower-cased words minus stop words."""
     return {w for w in _WORD.findall(text.casefold()) if w not in _STOPWORDS}

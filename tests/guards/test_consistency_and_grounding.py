@@ -116,3 +116,14 @@ def test_embedding_support_accepts_a_paraphrase(embedder) -> None:  # type: igno
     paraphrase = "It keeps earlier tokens' keys and values around."
     assert grounding(paraphrase)[0] is Outcome.FAIL  # too few shared words
     assert grounding(paraphrase, _RagEmbedder(embedder))[0] is Outcome.PASS
+
+
+def test_a_negated_claim_is_not_grounded_by_the_positive_statement(embedder) -> None:  # type: ignore[no-untyped-def]
+    negated = "A KV cache does not store the key and value tensors of previous tokens [1]."
+    assert grounding(negated)[0] is Outcome.FAIL
+    assert grounding(negated, _RagEmbedder(embedder))[0] is Outcome.FAIL
+    denial = (Evidence("n#0", "Greedy decoding does not sample: it never picks a random token."),)
+    ok = GroundingGuard().check(
+        GuardContext("q", "Greedy decoding does not sample.", passages=denial)
+    )
+    assert ok.outcome is Outcome.PASS
