@@ -75,3 +75,15 @@ def test_seeded_rows_are_reproducible_and_independent_of_the_batch() -> None:
     assert again[1] == alone[0]
     other = sample(flat, [row(params, seed=8)]).token_ids
     assert other != alone
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p() -> None:
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.2]]))
+    draws = sample(
+        logits.repeat(600, 1), [row(SamplingParams(temperature=1.0, top_p=0.7))] * 600
+    ).token_ids
+    assert set(draws) == {0, 1}  # 0.5 < 0.7, 0.5 + 0.3 >= 0.7
+    draws = sample(
+        logits.repeat(200, 1), [row(SamplingParams(temperature=1.0, top_p=0.5))] * 200
+    ).token_ids
+    assert set(draws) == {0}  # the first token alone reaches 0.5
