@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import enum
 import itertools
-import json
 import re
 import unicodedata
 from collections import defaultdict
@@ -22,6 +21,7 @@ from pathlib import Path
 import networkx as nx
 
 from guards.base import Guard, GuardContext, GuardResult, Outcome
+from guards.triples import declared_functional, read_rows, read_triples
 
 _PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
 _SPACE = re.compile(r"\s+")
@@ -158,11 +158,11 @@ class KnowledgeGraph:
         ``# functional: rel_a, rel_b`` declares relations with one value per subject."""
         aliases: dict[str, str] | None = None
         if aliases_path:
-            aliases = {row[0]: row[1] for row in _read_rows(Path(aliases_path), 2)}
+            aliases = {row[0]: row[1] for row in read_rows(Path(aliases_path), 2)}
         return cls(
-            _read_triples(Path(path)),
+            read_triples(Path(path)),
             aliases=aliases,
-            functional_relations=set(functional_relations) | _declared_functional(Path(path)),
+            functional_relations=set(functional_relations) | declared_functional(Path(path)),
             relation_phrases=relation_phrases,
         )
 
@@ -337,51 +337,6 @@ def _word(token: str) -> str:
 def _words(text: str) -> list[str]:
     """Normalised words, the unit of linking and of relation phrases (articles kept)."""
     return [w for w in (_word(t) for t in _TOKEN.findall(text)) if w]
-
-
-def _declared_functional(path: Path) -> set[str]:
-    if path.suffix == ".jsonl":
-        return set()
-    declared: set[str] = set()
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if line.startswith("# functional:"):
-                declared |= {r.strip() for r in line.split(":", 1)[1].split(",") if r.strip()}
-    return declared
-
-
-def _read_rows(path: Path, width: int) -> Iterable[tuple[str, ...]]:
-    separator = "\t" if path.suffix == ".tsv" else "|"
-    with path.open(encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            line = line.rstrip("\n")
-            if not line.strip() or line.startswith("#"):
-                continue
-            fields = [f.strip() for f in line.split(separator)]
-            if len(fields) != width or not all(fields):
-                raise ValueError(
-                    f"{path.name} line {line_no}: "
-                    f"expected {width} fields separated by {separator!r}"
-                )
-            yield tuple(fields)
-
-
-def _read_triples(path: Path) -> Iterable[tuple[str, str, str]]:
-    if path.suffix == ".jsonl":
-        with path.open(encoding="utf-8") as handle:
-            for line_no, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                    yield str(record["subject"]), str(record["relation"]), str(record["object"])
-                except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                    raise ValueError(
-                        f"{path.name} line {line_no}: expected subject, relation, object"
-                    ) from exc
-        return
-    for row in _read_rows(path, 3):
-        yield row[0], row[1], row[2]
 
 
 class KnowledgeGraphGuard(Guard):
