@@ -30,7 +30,6 @@ class EngineConfig:
     """Where converted weights are cached; None = ~/.cache/ragguard/models."""
     allow_hub: bool = False
     """Allow downloading a model id from the Hugging Face hub."""
-    seed: int = 0
     block_size: int = 16
     """Token positions per KV block."""
     max_num_batched_tokens: int = 2048

@@ -106,9 +106,6 @@ class HFGenerator:
     def apply_chat_template(self, messages: list[dict[str, str]]) -> str:
         return self.prompts.apply_chat_template(messages)
 
-    def encode(self, prompt: str) -> list[int]:
-        return self.prompts.encode(prompt)
-
     def count_tokens(self, prompt: str) -> int:
         return self.prompts.count_tokens(prompt)
 

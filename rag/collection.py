@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from rag.documents import Chunk, Chunker, Document
 from rag.embed import Embedder
 from rag.errors import DocumentNotFoundError, IndexNotFoundError, InvalidInputError
-from rag.index import VectorIndex, delete_index
+from rag.index import VectorIndex
 from rag.index_records import DocumentInfo, IndexInfo, ScoredChunk
 from rag.settings import Settings
 
@@ -203,15 +203,6 @@ class CollectionRegistry:
             collection = Collection(index, self.embedder, embed_batch_size=self.embed_batch_size)
             self._open[name] = collection
             return collection
-
-    def drop(self, name: str) -> None:
-        """Delete an index and its folder."""
-        check_index_name(name)
-        with self._lock:
-            collection = self._open.pop(name, None)
-            if collection is not None:
-                collection.index.close()
-            delete_index(self.index_dir / name)
 
     def close(self) -> None:
         with self._lock:

@@ -76,7 +76,3 @@ class Settings(BaseSettings):
     build_demo_index: bool = Field(
         True, description="build the packaged demo index on start if missing"
     )
-
-    def index_path(self, name: str | None = None) -> Path:
-        """Folder of the named index (default: ``index_name``)."""
-        return self.index_dir / (name or self.index_name)
