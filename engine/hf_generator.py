@@ -168,6 +168,23 @@ class HFGenerator:
                 procs.append(g.MinPLogitsWarper(params.min_p))
         return g.LogitsProcessorList(procs)
 
+    @staticmethod
+    def _stopping_criteria(params: SamplingParams, prompt_len: int) -> list[Any]:
+        if params.stop_check is None:
+            return []
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        check = params.stop_check
+
+        class _Check(StoppingCriteria):
+            def __call__(
+                self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any
+            ) -> torch.Tensor:
+                rows = [bool(check(row)) for row in input_ids[:, prompt_len:].tolist()]
+                return torch.tensor(rows, dtype=torch.bool, device=input_ids.device)
+
+        return StoppingCriteriaList([_Check()])
+
     def _generate_batch(
         self, prompt_ids: list[list[int]], params: SamplingParams, arrival: float
     ) -> list[RequestOutput]:
@@ -208,6 +225,7 @@ class HFGenerator:
             attention_mask=attention_mask.to(self.device),
             generation_config=gen_config,
             logits_processor=self._logits_processors(params, prompt_len, recorder),
+            stopping_criteria=self._stopping_criteria(params, prompt_len),
             tokenizer=self.tokenizer if params.stop else None,
         )
         finished_at = time.perf_counter()
@@ -258,6 +276,13 @@ class HFGenerator:
                 token_ids = token_ids[:pos]
                 finish_reason, stop_reason = FinishReason.STOP, token
                 break
+        if params.stop_check is not None:
+            # The stopping criterion ended this row at the first position the check fired.
+            for pos in range(1, len(token_ids) + 1):
+                if hit := params.stop_check(token_ids[:pos]):
+                    token_ids = token_ids[:pos]
+                    finish_reason, stop_reason = FinishReason.STOP, hit
+                    break
         text = self.prompts.decode(token_ids)
         if params.stop:
             hits = [(text.find(s), s) for s in params.stop if s in text]

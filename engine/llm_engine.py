@@ -335,13 +335,22 @@ class LLMEngine:
             if seq.top_logprobs:
                 seq.top_logprobs.pop()
             seq.finish_reason, seq.stop_reason = FinishReason.STOP, token
-        elif params.stop and (hit := self._find_stop_string(seq)) is not None:
+        elif (hit := self._stop_hit(seq)) is not None:
             seq.finish_reason, seq.stop_reason = FinishReason.STOP, hit
         elif seq.num_output_tokens >= params.max_tokens or len(seq) >= self.max_model_len:
             seq.finish_reason = FinishReason.LENGTH
         else:
             return
         self.scheduler.finish(seq)
+
+    def _stop_hit(self, seq: Sequence) -> str | None:
+        """A stop string now in the text, or the reason the request's stop check gives."""
+        params = seq.params
+        if params.stop and (hit := self._find_stop_string(seq)) is not None:
+            return hit
+        if params.stop_check is not None:
+            return params.stop_check(seq.output_token_ids) or None
+        return None
 
     def _find_stop_string(self, seq: Sequence) -> str | None:
         text = self.prompts.decode(seq.output_token_ids)
@@ -352,7 +361,7 @@ class LLMEngine:
         completions = []
         for seq in request.seqs:
             text = self.prompts.decode(seq.output_token_ids)
-            if isinstance(seq.stop_reason, str):
+            if isinstance(seq.stop_reason, str) and seq.stop_reason in seq.params.stop:
                 text = text[: text.find(seq.stop_reason)]
             completions.append(
                 CompletionOutput(

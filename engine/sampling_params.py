@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -52,6 +53,10 @@ class SamplingParams:
     """Keep generating past end-of-sequence tokens (benchmarks with fixed output lengths)."""
     truncate_prompt_tokens: int | None = None
     """If set, keep only the last this-many prompt tokens instead of failing on long prompts."""
+    stop_check: Callable[[Sequence[int]], str | None] | None = None
+    """Called with the completion's token ids after each generated token; a non-empty string
+    ends the completion (finish reason "stop") and becomes its ``stop_reason``. A repetition
+    detector here ends a looping generation early instead of at ``max_tokens``."""
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -80,6 +85,8 @@ class SamplingParams:
             raise ValueError(
                 f"truncate_prompt_tokens must be >= 1, got {self.truncate_prompt_tokens}"
             )
+        if self.stop_check is not None and not callable(self.stop_check):
+            raise ValueError("stop_check must be a callable taking the completion's token ids")
 
     @property
     def is_greedy(self) -> bool:

@@ -17,7 +17,7 @@ from guards.embedder import Embedder
 from guards.grounding import GroundingGuard
 from guards.kg import Claim, ClaimCheck, KnowledgeGraph, KnowledgeGraphGuard, Verdict
 from guards.policy import Action, Decision, Policy
-from guards.repetition import RepetitionGuard, is_looping
+from guards.repetition import LoopStop, RepetitionGuard, is_looping
 
 __all__ = [
     "Action",
@@ -36,6 +36,7 @@ __all__ = [
     "GuardRun",
     "KnowledgeGraph",
     "KnowledgeGraphGuard",
+    "LoopStop",
     "Outcome",
     "Policy",
     "RepetitionGuard",

@@ -33,7 +33,8 @@ class Candidate:
     text: str
     token_logprobs: tuple[float, ...] = ()
     finish_reason: str | None = None
-    """"stop", "length" (cut off at max_tokens) or "abort"."""
+    """"stop", "length" (cut off at max_tokens), "abort", or "repetition loop" (ended early by
+    the generator's loop stop check)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 from guards.base import Candidate, Guard, GuardContext, GuardResult, Outcome
@@ -41,6 +42,27 @@ def is_looping(
 ) -> bool:
     """Stop check: has the generation fallen into a loop?"""
     return tail_loop(list(token_ids), min_pattern, max_pattern, min_repeats) > 0
+
+
+LOOP_STOP_REASON = "repetition loop"
+
+
+@dataclass(frozen=True, slots=True)
+class LoopStop:
+    """A generator stop check (``SamplingParams.stop_check``): ends a completion whose tokens
+    have fallen into a loop, with ``stop_reason`` "repetition loop". Only the last
+    ``max_pattern * repeats`` tokens are looked at, so a call costs the same at any length."""
+
+    min_pattern: int = 1
+    max_pattern: int = 32
+    min_repeats: int = 4
+
+    def __call__(self, token_ids: Sequence[int]) -> str | None:
+        window = max(self.min_repeats, 8) * self.max_pattern
+        tail = list(token_ids[-window:])
+        if tail_loop(tail, self.min_pattern, self.max_pattern, self.min_repeats):
+            return LOOP_STOP_REASON
+        return None
 
 
 def repeated_ngrams(words: Sequence[str], n: int, min_count: int) -> dict[tuple[str, ...], int]:
@@ -102,7 +124,9 @@ class RepetitionGuard(Guard):
         repeated = [s for s, c in Counter(s for s in said if s).items() if c > 1]
         if repeated:
             problems.append(f"sentence repeated: {repeated[0][:60]!r}")
-        if self.fail_on_cutoff and candidate.finish_reason == "length":
+        if candidate.finish_reason == LOOP_STOP_REASON:
+            problems.append("the generator stopped it in a loop")
+        elif self.fail_on_cutoff and candidate.finish_reason == "length":
             problems.append("it was cut off at max_tokens")
         evidence = {
             "repeated_share": share,

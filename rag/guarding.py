@@ -23,6 +23,7 @@ from guards import (
     SelfConsistencyGuard,
     features,
 )
+from guards.repetition import LOOP_STOP_REASON
 from guards.review import ReviewStore
 from rag.embed import Embedder
 from rag.settings import Settings
@@ -43,6 +44,12 @@ class Checked:
             GuardVerdict(r.name, r.outcome.value, r.score, r.reason, dict(r.evidence))
             for r in self.results
         ]
+
+
+def _finish_reason(c: CompletionOutput) -> str | None:
+    if c.stop_reason == LOOP_STOP_REASON:
+        return LOOP_STOP_REASON
+    return c.finish_reason and str(c.finish_reason)
 
 
 class AnswerChecker:
@@ -81,16 +88,16 @@ class AnswerChecker:
         answer: CompletionOutput,
         candidates: list[CompletionOutput],
         passages: list[Passage],
+        *,
+        policy: Policy | None = None,
     ) -> Checked:
+        """Run the guards and decide; ``policy`` replaces the configured one for this answer."""
         ctx = GuardContext(
             question=question,
             answer=answer.text.strip(),
             passages=tuple(Evidence(p.chunk_id, p.text, p.score) for p in passages),
             candidates=tuple(
-                Candidate(
-                    c.text.strip(), tuple(c.logprobs), c.finish_reason and str(c.finish_reason)
-                )
-                for c in candidates
+                Candidate(c.text.strip(), tuple(c.logprobs), _finish_reason(c)) for c in candidates
             ),
         )
         results = list(self.chain.run(ctx).results)
@@ -100,7 +107,8 @@ class AnswerChecker:
             retrieval_score=max((p.score for p in passages), default=None),
         )
         confidence = self.confidence.score(feats)
-        return Checked(results, confidence, self.policy.decide(results, confidence))
+        decision = (policy or self.policy).decide(results, confidence)
+        return Checked(results, confidence, decision)
 
     def queue_for_review(
         self, question: str, answer: str, checked: Checked, passages: list[Passage]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from engine import EngineConfig, Generator, SamplingParams, build_generator
 from engine.outputs import CompletionOutput
-from guards import Action, cluster_answers
+from guards import Action, LoopStop, Policy, cluster_answers
 from rag import citations
 from rag.collection import CollectionRegistry
 from rag.embed import Embedder
@@ -34,6 +34,10 @@ class AskOptions:
     max_tokens: int | None = None
     temperature: float | None = None
     seed: int | None = None
+    abstain_below: float | None = None
+    """Confidence under which this answer is withheld (overrides the policy's threshold)."""
+    review_below: float | None = None
+    """Confidence under which this answer goes to a reviewer (overrides the policy's)."""
 
 
 class Pipeline:
@@ -98,6 +102,7 @@ class Pipeline:
         top_k = s.top_k if options.top_k is None else options.top_k
         min_score = s.min_score if options.min_score is None else options.min_score
         params = self._sampling_params(options)
+        policy = self._policy(options)
         request_id = request_id or uuid.uuid4().hex
         started = time.perf_counter()
         collection = self.collections.get(index_name)
@@ -135,7 +140,9 @@ class Pipeline:
         checked = None
         if self.checker is not None:
             guards_started = time.perf_counter()
-            checked = self.checker.check(question, completion, output.outputs, passages)
+            checked = self.checker.check(
+                question, completion, output.outputs, passages, policy=policy
+            )
             timings["guards_s"] = time.perf_counter() - guards_started
         timings["total_s"] = time.perf_counter() - started
         result = self._result(
@@ -154,6 +161,24 @@ class Pipeline:
                 temperature=temperature,
                 max_tokens=s.max_tokens if options.max_tokens is None else options.max_tokens,
                 seed=options.seed,
+                stop_check=LoopStop() if s.stop_on_loop else None,
+            )
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from exc
+
+    def _policy(self, options: AskOptions) -> Policy | None:
+        """The checker's policy with this request's thresholds, validated before any work."""
+        if self.checker is None or (options.abstain_below is None and options.review_below is None):
+            return None
+        try:
+            return replace(
+                self.checker.policy,
+                abstain_below=self.checker.policy.abstain_below
+                if options.abstain_below is None
+                else options.abstain_below,
+                review_below=self.checker.policy.review_below
+                if options.review_below is None
+                else options.review_below,
             )
         except ValueError as exc:
             raise InvalidInputError(str(exc)) from exc

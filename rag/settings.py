@@ -58,6 +58,9 @@ class Settings(BaseSettings):
         1, ge=1, le=16, description="answers sampled per question (>1: self-consistency vote)"
     )
     candidate_temperature: float = Field(0.7, ge=0.0, le=2.0, description="sampling for n > 1")
+    stop_on_loop: bool = Field(
+        True, description="end a generation as soon as it falls into a repetition loop"
+    )
     knowledge_graph: Path | None = Field(
         None, description="triples file to check answers against; empty = the demo graph"
     )

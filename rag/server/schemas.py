@@ -32,6 +32,12 @@ class AskRequest(BaseModel):
     seed: int | None = Field(
         None, ge=0, lt=2**63, description="sampling seed, for reproducible answers"
     )
+    abstain_below: float | None = Field(
+        None, ge=0.0, le=1.0, description="withhold the answer under this confidence"
+    )
+    review_below: float | None = Field(
+        None, ge=0.0, le=1.0, description="send the answer to review under this confidence"
+    )
 
     def to_options(self) -> AskOptions:
         return AskOptions(
@@ -41,6 +47,8 @@ class AskRequest(BaseModel):
             max_tokens=self.max_tokens,
             temperature=self.temperature,
             seed=self.seed,
+            abstain_below=self.abstain_below,
+            review_below=self.review_below,
         )
 
 

@@ -7,6 +7,7 @@ import torch
 
 from engine import FinishReason, PromptTooLongError, SamplingParams
 from engine.hf_generator import _PresenceFrequencyPenalty
+from guards.repetition import LOOP_STOP_REASON, LoopStop
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -114,3 +115,18 @@ def test_presence_and_frequency_penalties_only_touch_generated_tokens() -> None:
     input_ids = torch.tensor([[3, 3, 1, 1, 2]])  # prompt [3, 3], generated [1, 1, 2]
     scores = penalty(input_ids, torch.zeros(1, 5))
     assert scores[0].tolist() == [0.0, -1.0, -0.75, 0.0, 0.0]
+
+
+def test_stop_check_ends_rows_early_like_the_engine(generator) -> None:  # type: ignore[no-untyped-def]
+    prompts = [
+        _prompt(generator, "Write the letter A fifty times."),  # loops under greedy decoding
+        _prompt(generator, QUESTIONS[0]),
+    ]
+    params = SamplingParams(max_tokens=40, stop_check=LoopStop())
+    looping, plain = generator.generate(prompts, params)
+    reference = generator.generate(prompts[:1], SamplingParams(max_tokens=40))[0].outputs[0]
+    out = looping.outputs[0]
+    assert out.finish_reason is FinishReason.STOP and out.stop_reason == LOOP_STOP_REASON
+    assert 8 <= len(out.token_ids) < 20
+    assert out.token_ids == reference.token_ids[: len(out.token_ids)]
+    assert plain.outputs[0].stop_reason != LOOP_STOP_REASON

@@ -9,6 +9,7 @@ import torch
 
 from engine import EngineConfig, FinishReason, PromptTooLongError, SamplingParams
 from engine.llm_engine import LLMEngine
+from guards.repetition import LOOP_STOP_REASON, LoopStop
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -234,3 +235,25 @@ def test_half_precision_runs_on_cpu(dtype: str) -> None:
     assert half.runner.kv_caches[0][0].dtype == getattr(torch, dtype)
     out = half.generate([chat(half, QUESTIONS[0])], SamplingParams(max_tokens=10))[0].outputs[0]
     assert "Paris" in out.text
+
+
+LOOPING_QUESTION = "Write the letter A fifty times."  # SmolLM2 greedy: "A FEW FEW FEW ..."
+
+
+def test_stop_check_ends_a_completion_early_with_its_reason(engine: LLMEngine) -> None:
+    prompt = chat(engine, LOOPING_QUESTION)
+    unchecked = engine.generate([prompt], SamplingParams(max_tokens=40))[0].outputs[0]
+    assert unchecked.finish_reason is FinishReason.LENGTH  # penalties off: it loops to the end
+
+    looped = SamplingParams(max_tokens=40, stop_check=LoopStop())
+    out = engine.generate([prompt], looped)[0].outputs[0]
+    assert out.finish_reason is FinishReason.STOP and out.stop_reason == LOOP_STOP_REASON
+    assert 8 <= len(out.token_ids) < 20
+    assert out.token_ids == unchecked.token_ids[: len(out.token_ids)]
+    assert out.text == engine.prompts.decode(out.token_ids)  # the reason is not cut from the text
+
+    fifth = SamplingParams(max_tokens=20, stop_check=lambda ids: "five" if len(ids) >= 5 else None)
+    out = engine.generate([chat(engine, QUESTIONS[3])], fifth)[0].outputs[0]
+    assert (len(out.token_ids), out.stop_reason) == (5, "five")
+    with pytest.raises(ValueError, match="stop_check"):
+        SamplingParams(stop_check="loop")  # type: ignore[arg-type]

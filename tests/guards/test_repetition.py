@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from guards import Candidate, GuardContext, Outcome, RepetitionGuard, is_looping
-from guards.repetition import repeated_share, tail_loop
+from guards.repetition import LOOP_STOP_REASON, LoopStop, repeated_share, tail_loop
 
 
 def check(text: str, finish_reason: str | None = "stop") -> tuple[Outcome, str]:
@@ -48,3 +48,13 @@ def test_loop_detection_on_token_ids_for_use_as_a_stop_check() -> None:
     assert not is_looping(list(range(50)))
     assert tail_loop([9] * 8) == 1 and tail_loop([9] * 5) == 0  # one-token loops need 8
     assert repeated_share(["a", "b", "c", "d"], 2, 2) == 0.0
+
+
+def test_loop_stop_check_and_a_generation_it_ended() -> None:
+    stop = LoopStop()
+    assert stop([5, 6, 7, 8]) is None
+    assert stop(list(range(100)) + [1, 2] * 4) == LOOP_STOP_REASON
+    assert stop([9] * 7) is None and stop([9] * 8) == LOOP_STOP_REASON  # one token needs 8
+    assert stop(list(range(5000)) + [3, 4, 5] * 4) == LOOP_STOP_REASON  # only the tail is read
+    outcome, reason = check("A FEW FEW FEW FEW", finish_reason=LOOP_STOP_REASON)
+    assert outcome is Outcome.FAIL and "stopped it in a loop" in reason

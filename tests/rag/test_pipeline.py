@@ -151,11 +151,10 @@ def test_every_answer_is_checked_and_decided(demo_pipeline) -> None:  # type: ig
 
 
 def test_low_confidence_goes_to_review_durably_or_abstains(demo_pipeline) -> None:  # type: ignore[no-untyped-def]
-    from guards import Policy
     from guards.review import ReviewStore
 
-    demo_pipeline.checker.policy = Policy(abstain_below=0.0, review_below=0.9999)
-    reviewed = demo_pipeline.ask("What does a KV cache avoid recomputing?")
+    question = "What does a KV cache avoid recomputing?"
+    reviewed = demo_pipeline.ask(question, abstain_below=0.0, review_below=0.9999)
     assert reviewed.decision == "review" and reviewed.review_id and not reviewed.abstained
     store = ReviewStore(demo_pipeline.settings.data_dir / "reviews.sqlite")  # a second connection
     item = store.get(reviewed.review_id)
@@ -163,10 +162,13 @@ def test_low_confidence_goes_to_review_durably_or_abstains(demo_pipeline) -> Non
     assert item["guard_results"] and reviewed.review_id in store.pending()
     store.close()
 
-    demo_pipeline.checker.policy = Policy(abstain_below=0.9999, review_below=0.9999)
-    refused = demo_pipeline.ask("What does a KV cache avoid recomputing?")
+    refused = demo_pipeline.ask(question, abstain_below=0.9999, review_below=0.9999)
     assert refused.decision == "abstain" and refused.abstained and refused.answer == "I don't know."
     assert refused.citations == [] and "confidence" in refused.abstain_reason
+    # The overrides were this request's only: the configured policy still answers.
+    assert demo_pipeline.ask(question).decision == "answer"
+    with pytest.raises(InvalidInputError, match="abstain_below <= review_below"):
+        demo_pipeline.ask(question, abstain_below=0.8, review_below=0.5)
 
 
 def test_several_candidates_vote(demo_pipeline) -> None:  # type: ignore[no-untyped-def]

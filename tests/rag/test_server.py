@@ -57,6 +57,10 @@ def test_ask_returns_a_cited_answer(client: TestClient) -> None:
         "knowledge_graph",
     }
     assert response.headers["x-request-id"]
+    strict = {"question": "What does a KV cache avoid recomputing?", "review_below": 0.9999}
+    flagged = client.post("/v1/ask", json=strict).json()
+    assert flagged["decision"] == "review" and flagged["review_id"]
+    assert any("< 0.9999" in reason for reason in flagged["decision_reasons"])
 
 
 def test_documents_json_upload_list_delete_and_ask_the_new_fact(
@@ -197,6 +201,14 @@ def test_new_index_is_created_by_posting_to_it(client: TestClient) -> None:
             422,
             "greater than or equal to 1",
         ),
+        (
+            "post",
+            "/v1/ask",
+            {"json": {"question": "hi", "abstain_below": 0.9, "review_below": 0.5}},
+            422,
+            "abstain_below <= review_below",
+        ),
+        ("post", "/v1/ask", {"json": {"question": "hi", "review_below": 1.5}}, 422, "less than"),
         ("get", "/v1/no-such-route", {}, 404, "Not Found"),
         ("put", "/v1/ask", {}, 405, "Method Not Allowed"),
     ],
