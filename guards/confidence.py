@@ -22,6 +22,8 @@ FEATURES = (
     "token_prob",  # geometric-mean probability of the answer's tokens (centred)
     "agreement",  # share of samples agreeing with the answer (centred)
     "grounding",  # share of sentences supported by their passages (centred)
+    "coverage",  # share of the answer's content words found in the passages or question (centred)
+    "novel_terms",  # names and numbers of the answer found in no source (0, 1/3, 2/3, 1)
     "kg_supported",  # 1 if the graph supports a claim and contradicts none
     "kg_contradicted",  # 1 if the graph contradicts a claim
     "retrieval",  # similarity of the best passage (centred)
@@ -47,6 +49,10 @@ def features(
             return 0.0
         return (0.0 if r.outcome is Outcome.FAIL and name == "grounding" else float(r.score)) - 0.5
 
+    grounding = by_name.get("grounding")
+    grounded = grounding is not None and grounding.outcome is not Outcome.ABSTAIN
+    coverage = grounding.evidence.get("coverage") if grounded and grounding else None
+    novel = grounding.evidence.get("novel_terms", ()) if grounded and grounding else ()
     kg = by_name.get("knowledge_graph")
     repetition = by_name.get("repetition")
     mean_logprob = sum(token_logprobs) / len(token_logprobs) if token_logprobs else None
@@ -54,6 +60,8 @@ def features(
         "token_prob": math.exp(mean_logprob) - 0.5 if mean_logprob is not None else 0.0,
         "agreement": centred("self_consistency"),
         "grounding": centred("grounding"),
+        "coverage": float(coverage) - 0.5 if isinstance(coverage, int | float) else 0.0,
+        "novel_terms": min(len(novel), 3) / 3,
         "kg_supported": float(kg is not None and kg.outcome is Outcome.PASS),
         "kg_contradicted": float(kg is not None and kg.outcome is Outcome.FAIL),
         "retrieval": retrieval_score - 0.5 if retrieval_score is not None else 0.0,
@@ -76,6 +84,8 @@ class ConfidenceModel:
             "token_prob": 2.0,
             "agreement": 2.0,
             "grounding": 2.5,
+            "coverage": 1.0,
+            "novel_terms": -1.5,
             "kg_supported": 1.5,
             "kg_contradicted": -4.0,
             "retrieval": 2.0,

@@ -13,6 +13,7 @@ from guards.text import (
     cited_numbers,
     content_words,
     is_negated,
+    key_terms,
     overlap,
     sentences,
     strip_markers,
@@ -77,9 +78,17 @@ class GroundingGuard(Guard):
             if lexical < self.min_overlap and semantic < self.min_similarity:
                 unsupported.append(sentence)
         supported_share = 1 - len(unsupported) / len(claims)
+        # Two finer signals for the confidence model: how much of what the answer says occurs
+        # in the sources (or the question), and which names and numbers occur in neither.
+        source_text = " ".join([ctx.question, *(p.text for p in ctx.passages)])
+        source_words = content_words(source_text)
+        answer_words = content_words(strip_markers(ctx.answer))
+        source_terms = source_words | key_terms(source_text)
         evidence = {
             "unsupported_sentences": unsupported,
             "dangling_citations": sorted(set(dangling)),
+            "coverage": overlap(answer_words, source_words),
+            "novel_terms": sorted(key_terms(strip_markers(ctx.answer)) - source_terms),
         }
         if dangling:
             reason = f"citation(s) {sorted(set(dangling))} point to no passage"

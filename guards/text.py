@@ -31,6 +31,19 @@ def content_words(text: str) -> set[str]:
     return {w for w in _WORD.findall(text.casefold()) if w not in _STOPWORDS}
 
 
+_TERM = re.compile(r"\b(?:[A-ZÀ-Ý][\w'-]*|\d[\d.,:/-]*)", re.UNICODE)
+
+
+def key_terms(text: str) -> set[str]:
+    """Names and numbers: capitalised words and numerals, lower-cased, stop words dropped.
+    An answer's key terms that no source mentions are what a hallucination usually adds."""
+    return {
+        t.casefold().rstrip(".,:/-")
+        for t in _TERM.findall(text)
+        if t.casefold() not in _STOPWORDS
+    }
+
+
 def sentences(text: str) -> list[str]:
     """Sentences of ``text`` (split after . ! ? and their CJK forms), empty ones dropped."""
     return [s.strip() for s in _SENTENCE.split(text) if s.strip()]

@@ -38,6 +38,8 @@ class Checked:
     results: list[GuardResult]
     confidence: float
     decision: Decision
+    signals: dict[str, float]
+    """The confidence model's input features."""
 
     def verdicts(self) -> list[GuardVerdict]:
         return [
@@ -55,9 +57,12 @@ def _finish_reason(c: CompletionOutput) -> str | None:
 class AnswerChecker:
     """The guard chain, the confidence model and the policy configured by the settings."""
 
-    def __init__(self, settings: Settings, embedder: Embedder):
+    def __init__(
+        self, settings: Settings, embedder: Embedder, *, graph: KnowledgeGraph | None = None
+    ):
+        """``graph`` replaces the one the settings name (an application's own, already built)."""
         guards = [RepetitionGuard(), GroundingGuard(embedder), SelfConsistencyGuard(embedder)]
-        graph = self._load_graph(settings)
+        graph = graph or self._load_graph(settings)
         if graph is not None:
             guards.append(KnowledgeGraphGuard(graph))
         self.chain = GuardChain(guards)
@@ -108,7 +113,7 @@ class AnswerChecker:
         )
         confidence = self.confidence.score(feats)
         decision = (policy or self.policy).decide(results, confidence)
-        return Checked(results, confidence, decision)
+        return Checked(results, confidence, decision, feats)
 
     def queue_for_review(
         self, question: str, answer: str, checked: Checked, passages: list[Passage]

@@ -199,6 +199,7 @@ class Pipeline:
             decision=decision.action.value,
             decision_reasons=decision.reasons,
             guard_results=checked.verdicts(),
+            confidence_signals=checked.signals,
         )
         if decision.action is Action.ABSTAIN:
             reason = "; ".join(decision.reasons)

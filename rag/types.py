@@ -74,6 +74,8 @@ class Result:
     guard_results: list[GuardVerdict] = field(default_factory=list)
     review_id: str | None = None
     """Set when the answer was queued for human review."""
+    confidence_signals: dict[str, float] = field(default_factory=dict)
+    """The features the confidence was computed from (``guards.confidence.FEATURES``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,4 +100,5 @@ class Result:
             decision_reasons=list(data.get("decision_reasons", [])),
             guard_results=[GuardVerdict(**g) for g in data.get("guard_results", [])],
             review_id=data.get("review_id"),
+            confidence_signals=dict(data.get("confidence_signals", {})),
         )

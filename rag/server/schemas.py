@@ -101,6 +101,9 @@ class AskResponse(BaseModel):
     decision_reasons: list[str]
     guard_results: list[GuardVerdictOut]
     review_id: str | None = Field(None, description="set when the answer awaits human review")
+    confidence_signals: dict[str, float] = Field(
+        default_factory=dict, description="the signals the confidence was computed from"
+    )
 
     @classmethod
     def from_result(cls, result: Result) -> AskResponse:

@@ -1,0 +1,1 @@
+"""Evaluation on labelled data: dataset loaders and the metrics the benchmarks report."""

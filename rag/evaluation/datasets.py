@@ -1,0 +1,173 @@
+"""Loaders of the labelled data sets the evaluations use, from a data folder laid out as:
+
+    hipporag_multihop_subsets/{musique,hotpotqa}_train{,_corpus}.json  multi-hop QA, passages
+    pubmedqa/ori_pqal.json                                             yes/no/maybe QA, abstracts
+    halueval/qa_one-turn_data.jsonl                                    right, hallucinated answers
+    metaqa_wikimovies/kb/kb_reconstructed.txt, qa/metaqa_1hop_test.jsonl  movie graph, questions
+
+A missing file is a ``DatasetNotFoundError`` that names it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from rag.documents import Document
+
+MULTIHOP = Path("hipporag_multihop_subsets")
+METAQA = Path("metaqa_wikimovies")
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """A data set file is not where the data folder layout says it should be."""
+
+
+@dataclass(frozen=True, slots=True)
+class QAExample:
+    """A question, its accepted answers, and the titles of the passages that support it."""
+
+    id: str
+    question: str
+    answers: tuple[str, ...]
+    gold_titles: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class QADataset:
+    """Questions with a corpus to retrieve their passages from."""
+
+    name: str
+    documents: list[Document]
+    examples: list[QAExample]
+    answer_kind: Literal["free", "yes_no"] = "free"
+    """``yes_no``: the answer is right when its verdict (yes / no / maybe) is the gold one."""
+
+
+@dataclass(frozen=True, slots=True)
+class HaluEvalItem:
+    knowledge: str
+    question: str
+    right_answer: str
+    hallucinated_answer: str
+
+
+@dataclass(frozen=True, slots=True)
+class MetaQAQuestion:
+    id: str
+    question: str
+    topic_entity: str
+    answers: tuple[str, ...]
+    implied_triples: tuple[tuple[str, str, str], ...] = field(default_factory=tuple)
+    kb_supported: bool = True
+
+
+def _read_json(path: Path) -> Any:
+    if not path.is_file():
+        raise DatasetNotFoundError(f"{path} not found (see rag.evaluation.datasets for the layout)")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    if not path.is_file():
+        raise DatasetNotFoundError(f"{path} not found (see rag.evaluation.datasets for the layout)")
+    with path.open(encoding="utf-8") as lines:
+        for line in lines:
+            if line.strip():
+                yield json.loads(line)
+
+
+def load_musique(data_dir: Path, limit: int | None = None) -> QADataset:
+    """MuSiQue-Ans questions (answer plus its aliases) over 1,890 passages; titles repeat, so
+    document ids carry the passage's position."""
+    corpus = _read_json(data_dir / MULTIHOP / "musique_train_corpus.json")
+    documents = [
+        Document(f"{p['title']} [{i}]", p["text"], {"title": p["title"]})
+        for i, p in enumerate(corpus)
+    ]
+    examples = [
+        QAExample(
+            q["id"],
+            q["question"],
+            (q["answer"], *q.get("answer_aliases", [])),
+            frozenset(p["title"] for p in q["paragraphs"] if p["is_supporting"]),
+        )
+        for q in _read_json(data_dir / MULTIHOP / "musique_train.json")[:limit]
+    ]
+    return QADataset("musique", documents, examples)
+
+
+def load_hotpotqa(data_dir: Path, limit: int | None = None) -> QADataset:
+    """HotpotQA questions over their Wikipedia paragraphs (sentences carry their own spacing)."""
+    corpus = _read_json(data_dir / MULTIHOP / "hotpotqa_train_corpus.json")
+    documents = [
+        Document(title, "".join(sents), {"title": title}) for title, sents in corpus.items()
+    ]
+    examples = [
+        QAExample(
+            q["_id"],
+            q["question"],
+            (q["answer"],),
+            frozenset(title for title, _ in q["supporting_facts"]),
+        )
+        for q in _read_json(data_dir / MULTIHOP / "hotpotqa_train.json")[:limit]
+    ]
+    return QADataset("hotpotqa", documents, examples)
+
+
+def load_pubmedqa(data_dir: Path, limit: int | None = None) -> QADataset:
+    """PubMedQA PQA-L: a yes / no / maybe question per abstract; the corpus is the abstracts
+    of the loaded questions, so each must be found among the others."""
+    items = list(_read_json(data_dir / "pubmedqa" / "ori_pqal.json").items())[:limit]
+    documents = [
+        Document(pmid, " ".join(item["CONTEXTS"]), {"title": pmid}) for pmid, item in items
+    ]
+    examples = [
+        QAExample(pmid, item["QUESTION"], (item["final_decision"],), frozenset({pmid}))
+        for pmid, item in items
+    ]
+    return QADataset("pubmedqa", documents, examples, answer_kind="yes_no")
+
+
+def load_halueval(data_dir: Path, limit: int | None = None) -> list[HaluEvalItem]:
+    """HaluEval QA: for each question its knowledge, the right and a hallucinated answer."""
+    rows = _read_jsonl(data_dir / "halueval" / "qa_one-turn_data.jsonl")
+    items = [
+        HaluEvalItem(r["knowledge"], r["question"], r["right_answer"], r["hallucinated_answer"])
+        for r in rows
+    ]
+    return items[:limit]
+
+
+def metaqa_kb_path(data_dir: Path) -> Path:
+    path = data_dir / METAQA / "kb" / "kb_reconstructed.txt"
+    if not path.is_file():
+        raise DatasetNotFoundError(f"{path} not found (see rag.evaluation.datasets for the layout)")
+    return path
+
+
+def load_metaqa_questions(data_dir: Path, limit: int | None = None) -> list[MetaQAQuestion]:
+    """MetaQA 1-hop test questions with the triples their answers imply."""
+    questions = [
+        MetaQAQuestion(
+            r["id"],
+            r["question"],
+            r["topic_entity"],
+            tuple(r["answers"]),
+            tuple(tuple(t) for t in r.get("implied_triples", [])),  # type: ignore[misc]
+            bool(r.get("kb_supported", True)),
+        )
+        for r in _read_jsonl(data_dir / METAQA / "qa" / "metaqa_1hop_test.jsonl")
+    ]
+    return questions[:limit]
+
+
+def verdict_of(answer: str) -> str | None:
+    """The yes / no / maybe an answer opens with (its first such word), if any."""
+    for word in answer.casefold().replace(",", " ").replace(".", " ").split():
+        if word in ("yes", "no", "maybe"):
+            return word
+    return None

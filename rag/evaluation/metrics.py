@@ -1,0 +1,113 @@
+"""Metrics of answers and of scores that should rank right answers above wrong ones.
+
+``answer_matches`` follows the usual open-domain QA convention (SQuAD normalisation: case,
+punctuation, articles and spacing ignored): a free-form answer is right when it contains a gold
+answer as a whole phrase, or shares enough of its words (token F1).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = str.maketrans("", "", string.punctuation + "‘’“”")
+
+
+def normalize_answer(text: str) -> str:
+    """Lower case, no punctuation, no articles, single spaces."""
+    text = _ARTICLES.sub(" ", text.casefold().translate(_PUNCTUATION))
+    return " ".join(text.split())
+
+
+def token_f1(prediction: str, gold: str) -> float:
+    """Word-overlap F1 of two answers after normalisation."""
+    pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    common = sum((Counter(pred) & Counter(ref)).values())
+    if not pred or not ref or common == 0:
+        return 0.0
+    precision, recall = common / len(pred), common / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def answer_matches(prediction: str, golds: Iterable[str], *, min_f1: float = 0.6) -> bool:
+    """Does the answer contain a gold answer (as whole words), or match one with F1 >= min_f1?"""
+    padded = f" {normalize_answer(prediction)} "
+    for gold in golds:
+        norm = normalize_answer(gold)
+        if norm and (f" {norm} " in padded or token_f1(prediction, gold) >= min_f1):
+            return True
+    return False
+
+
+def auroc(scores: Sequence[float], labels: Sequence[int]) -> float:
+    """Area under the ROC curve: the chance that a random positive (label 1) scores above a
+    random negative, ties counting half. NaN when a class is missing."""
+    s, y = np.asarray(scores, dtype=float), np.asarray(labels, dtype=int)
+    positives, negatives = int(y.sum()), int(len(y) - y.sum())
+    if positives == 0 or negatives == 0:
+        return float("nan")
+    order = np.argsort(s, kind="mergesort")
+    ranks = np.empty(len(s))
+    sorted_scores = s[order]
+    start = 0
+    while start < len(s):  # average ranks over ties
+        end = start
+        while end + 1 < len(s) and sorted_scores[end + 1] == sorted_scores[start]:
+            end += 1
+        ranks[order[start : end + 1]] = (start + end) / 2 + 1
+        start = end + 1
+    rank_sum = ranks[y == 1].sum()
+    return float((rank_sum - positives * (positives + 1) / 2) / (positives * negatives))
+
+
+def f1_score(predicted: Sequence[bool], actual: Sequence[bool]) -> float:
+    """F1 of a binary flag against the truth."""
+    tp = sum(p and a for p, a in zip(predicted, actual, strict=True))
+    fp = sum(p and not a for p, a in zip(predicted, actual, strict=True))
+    fn = sum(a and not p for p, a in zip(predicted, actual, strict=True))
+    return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+
+
+def best_threshold(scores: Sequence[float], flagged: Sequence[bool]) -> float:
+    """The threshold t maximising the F1 of the flag ``score < t`` (scores: higher = better)."""
+    candidates = [*sorted(set(scores)), max(scores, default=0.0) + 1e-9]
+    return max(candidates, key=lambda t: f1_score([s < t for s in scores], flagged))
+
+
+@dataclass(frozen=True, slots=True)
+class RiskCoveragePoint:
+    coverage: float
+    """Share of questions answered (those with the highest scores)."""
+    accuracy: float
+    """Share of the answered questions answered correctly."""
+    threshold: float
+    """The lowest score among the answered ones."""
+
+
+def risk_coverage(
+    scores: Sequence[float], correct: Sequence[bool], steps: int = 10
+) -> list[RiskCoveragePoint]:
+    """Accuracy of the answered questions as the threshold moves: answer the top 1/steps,
+    2/steps, ..., all of them by score."""
+    order = np.argsort(-np.asarray(scores, dtype=float), kind="mergesort")
+    right = np.asarray(correct, dtype=float)[order]
+    points = []
+    for k in range(1, steps + 1):
+        n = max(1, round(len(order) * k / steps))
+        points.append(
+            RiskCoveragePoint(n / len(order), float(right[:n].mean()), float(scores[order[n - 1]]))
+        )
+    return points
+
+
+def area_under_risk_coverage(scores: Sequence[float], correct: Sequence[bool]) -> float:
+    """Mean error over every coverage level (lower is better; AURC)."""
+    order = np.argsort(-np.asarray(scores, dtype=float), kind="mergesort")
+    wrong = 1.0 - np.asarray(correct, dtype=float)[order]
+    return float(np.mean(np.cumsum(wrong) / np.arange(1, len(wrong) + 1)))
