@@ -157,7 +157,7 @@ def load_metaqa_questions(data_dir: Path, limit: int | None = None) -> list[Meta
             r["question"],
             r["topic_entity"],
             tuple(r["answers"]),
-            tuple(tuple(t) for t in r.get("implied_triples", [])),  # type: ignore[misc]
+            tuple(tuple(t) for t in r.get("implied_triples", [])),
             bool(r.get("kb_supported", True)),
         )
         for r in _read_jsonl(data_dir / METAQA / "qa" / "metaqa_1hop_test.jsonl")
