@@ -12,4 +12,4 @@ assert torch.cuda.is_available(), "no CUDA device visible"
 print("device:", torch.cuda.get_device_name(0), "torch", torch.__version__)
 PY
 "$PY" -m pytest -q -m gpu tests
-"$PY" benchmarks/engine.py --quick --device cuda
+"$PY" benchmarks/engine_speed.py --quick --device cuda

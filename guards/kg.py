@@ -92,6 +92,9 @@ MOVIE_RELATION_PHRASES: dict[str, list[str]] = {
     "has_imdb_votes": ["votes"],
 }
 """Surface phrases of the MetaQA / WikiMovies relations (other graphs: the relation's own name)."""
+MOVIE_FUNCTIONAL_RELATIONS = ("release_year", "directed_by", "has_imdb_rating", "has_imdb_votes")
+"""MetaQA relations with one value per movie (over 90% of its movies have exactly one; a title
+shared by several films is what holds the rest)."""
 
 
 class KnowledgeGraph:
@@ -194,6 +197,10 @@ class KnowledgeGraph:
                 index[k[:2]].append(k)
             self._fuzzy_index = index
         return self._fuzzy_index.get(key[:2], [])
+
+    def values(self, relation: str) -> set[str]:
+        """Every object ``relation`` has somewhere in the graph (its range)."""
+        return set(self._range.get(relation, ()))
 
     def objects(self, subject: str, relation: str) -> set[str]:
         return self._objects.get((subject, relation), set())

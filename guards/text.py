@@ -38,9 +38,7 @@ def key_terms(text: str) -> set[str]:
     """Names and numbers: capitalised words and numerals, lower-cased, stop words dropped.
     An answer's key terms that no source mentions are what a hallucination usually adds."""
     return {
-        t.casefold().rstrip(".,:/-")
-        for t in _TERM.findall(text)
-        if t.casefold() not in _STOPWORDS
+        t.casefold().rstrip(".,:/-") for t in _TERM.findall(text) if t.casefold() not in _STOPWORDS
     }
 
 

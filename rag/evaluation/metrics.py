@@ -91,7 +91,7 @@ class RiskCoveragePoint:
 
 
 def risk_coverage(
-    scores: Sequence[float], correct: Sequence[bool], steps: int = 10
+    scores: Sequence[float], correct: Sequence[float], steps: int = 10
 ) -> list[RiskCoveragePoint]:
     """Accuracy of the answered questions as the threshold moves: answer the top 1/steps,
     2/steps, ..., all of them by score."""
@@ -106,7 +106,7 @@ def risk_coverage(
     return points
 
 
-def area_under_risk_coverage(scores: Sequence[float], correct: Sequence[bool]) -> float:
+def area_under_risk_coverage(scores: Sequence[float], correct: Sequence[float]) -> float:
     """Mean error over every coverage level (lower is better; AURC)."""
     order = np.argsort(-np.asarray(scores, dtype=float), kind="mergesort")
     wrong = 1.0 - np.asarray(correct, dtype=float)[order]

@@ -1,7 +1,7 @@
 """Engine benchmarks: our paged-KV continuous-batching engine against transformers ``generate``.
 
-    python benchmarks/engine.py            # full run (about 15 minutes on 2 cores)
-    python benchmarks/engine.py --quick    # the same five, smaller (under 5 minutes)
+    python benchmarks/engine_speed.py            # full run (about 15 minutes on 2 cores)
+    python benchmarks/engine_speed.py --quick    # the same five, smaller (under 5 minutes)
 
 a. RAG-shaped load: requests with 150-600-token prompts and 64-128 output tokens arriving at once;
    output tokens/s of ours vs HF one request at a time and HF static batches (left-padded, each
