@@ -25,7 +25,9 @@ from guards.triples import declared_functional, read_rows, read_triples
 
 _PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
 _SPACE = re.compile(r"\s+")
-_TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+_APOSTROPHE = re.compile(r"(?<=\w)['’](?=\w)")
+"""Inside a word an apostrophe is dropped, not split on: "I'll" and "Ill" are one name."""
+_TOKEN = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]", re.UNICODE)
 MAX_ENTITY_WORDS = 12
 _FUNCTION_WORDS = frozenset({"a", "an", "the", "of", "to", "in", "on", "for", "by", "with"})
 
@@ -34,7 +36,7 @@ def normalize(text: str) -> str:
     """Case-folded, accent- and punctuation-free, single-spaced, without a leading article."""
     text = unicodedata.normalize("NFKD", text)
     text = "".join(c for c in text if not unicodedata.combining(c)).casefold()
-    text = _SPACE.sub(" ", _PUNCT.sub(" ", text)).strip()
+    text = _SPACE.sub(" ", _PUNCT.sub(" ", _APOSTROPHE.sub("", text))).strip()
     for article in ("the ", "a ", "an "):
         if text.startswith(article) and len(text) > len(article):
             return text[len(article) :]
@@ -338,7 +340,7 @@ def _name_phrases(relation: str) -> list[str]:
 def _word(token: str) -> str:
     folded = unicodedata.normalize("NFKD", token)
     folded = "".join(c for c in folded if not unicodedata.combining(c)).casefold()
-    return _SPACE.sub(" ", _PUNCT.sub(" ", folded)).strip()
+    return _SPACE.sub(" ", _PUNCT.sub(" ", _APOSTROPHE.sub("", folded))).strip()
 
 
 def _words(text: str) -> list[str]:

@@ -1,0 +1,646 @@
+"""Guards measured on labelled data, each against baselines computed in the same run.
+
+    python benchmarks/guards_eval.py --data-dir DIR [--limit N] [--sections a,b,...]
+
+Sections (all by default):
+
+- ``halueval``: HaluEval QA. The right and the hallucinated answer of each item are checked
+  against the item's knowledge (grounding, repetition, the answer's token logprobs under the
+  generator when the knowledge and question are its prompt). AUROC and F1 of the flag "this
+  answer is hallucinated", for the uncalibrated prior confidence and for a confidence fitted by
+  2-fold cross-fitting (items split, each half scored by the model fitted on the other), against
+  three baselines: answer length, lexical overlap with the knowledge, mean token logprob.
+- ``metaqa_claims``: gold MetaQA triples written as sentences with surface noise (case,
+  punctuation, a dropped leading "The") go through the knowledge-graph guard's claim extraction
+  and check; so do corrupted ones (object replaced by another value of the relation that the
+  graph does not hold for that subject).
+- ``metaqa_answers``: the default model answers MetaQA 1-hop questions from the graph rendered
+  as text passages (one per movie); AUROC of the knowledge-graph guard for answer correctness.
+- ``end_to_end``: MuSiQue, HotpotQA and PubMedQA through ``Pipeline.ask`` with the default
+  model and ``--num-candidates`` samples per question; AUROC of the confidence for answer
+  correctness (prior weights, and cross-fitted) against the mean token logprob, and the
+  risk-coverage curve. ``--save-confidence PATH`` writes the model fitted on every answer.
+- ``repetition``: prompts that make the default model loop with penalties off; recall of the
+  repetition guard and of the engine's loop stop check on the loops, and flags on demo answers.
+
+The last line of stdout is one JSON object with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shlex
+import sys
+import tempfile
+import time
+import zlib
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine import EngineConfig, SamplingParams, build_generator
+from engine.hf_generator import HFGenerator
+from guards import (
+    Candidate,
+    ConfidenceModel,
+    Evidence,
+    GroundingGuard,
+    GuardChain,
+    GuardContext,
+    KnowledgeGraph,
+    LoopStop,
+    Outcome,
+    RepetitionGuard,
+    expected_calibration_error,
+    features,
+)
+from guards.kg import MOVIE_FUNCTIONAL_RELATIONS, MOVIE_RELATION_PHRASES, Verdict
+from guards.text import content_words, overlap
+from rag.documents import Document
+from rag.embed import Embedder
+from rag.evaluation.datasets import (
+    QADataset,
+    load_halueval,
+    load_hotpotqa,
+    load_metaqa_questions,
+    load_musique,
+    load_pubmedqa,
+    metaqa_kb_path,
+    verdict_of,
+)
+from rag.evaluation.metrics import (
+    answer_matches,
+    area_under_risk_coverage,
+    auroc,
+    best_threshold,
+    f1_score,
+    risk_coverage,
+)
+from rag.guarding import AnswerChecker
+from rag.pipeline import Pipeline
+from rag.prompt import build_messages
+from rag.settings import Settings
+from rag.types import Passage, Result
+
+SEED = 0
+SECTIONS = ("halueval", "metaqa_claims", "metaqa_answers", "end_to_end", "repetition")
+DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DEMO_QUESTIONS = (
+    "What does a KV cache avoid recomputing?",
+    "What temperature does the technical preset use?",
+    "What does continuous batching do?",
+    "When does the policy send an answer to human review?",
+    "What is self-consistency voting?",
+    "How are reviewers' ratings scored?",
+    "What does the repetition guard detect?",
+    "What is prefix caching?",
+)
+LOOP_PROMPTS = (
+    "Write the letter A fifty times.",
+    "Repeat the word cat many times.",
+    "Count from 1 to 100.",
+    "Say the word yes over and over.",
+    "Write 'la la la' as a long song.",
+    "Type the number 7 again and again.",
+    "Write the alphabet ten times.",
+    "List the days of the week, over and over.",
+    "Write a poem where every line is 'the end'.",
+    "Repeat after me: hello world, hello world, hello world.",
+    "Write 'I will not talk in class' a hundred times.",
+    "Write the word buffalo as many times as you can.",
+    "Continue the pattern: 1 2 1 2 1 2",
+    "Continue the pattern: ab ab ab ab",
+    "Write a chant for a football team.",
+    "Count down from 50 to 1.",
+    "List the even numbers up to 200.",
+    "Spell the word banana letter by letter, many times.",
+    "Write ha ha ha for a long laugh.",
+    "Write 'go team go' twenty times.",
+)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    parser.add_argument("--limit", type=int, default=100, help="items per data set")
+    parser.add_argument("--sections", default=",".join(SECTIONS))
+    parser.add_argument("--num-candidates", type=int, default=5, help="samples per question")
+    parser.add_argument("--threads", type=int, default=8, help="questions asked at once")
+    parser.add_argument("--save-confidence", type=Path, default=None)
+    args = parser.parse_args(argv)
+    unknown = set(args.sections.split(",")) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+    return args
+
+
+# ---------------------------------------------------------------- shared helpers
+def cross_fitted(rows: list[dict[str, float]], labels: list[int], groups: list[int]) -> list[float]:
+    """Out-of-fold confidences: fold k is scored by the model fitted on the other fold."""
+    scores = [0.0] * len(rows)
+    for fold in (0, 1):
+        train = [i for i, g in enumerate(groups) if g % 2 != fold]
+        model = ConfidenceModel.fit([rows[i] for i in train], [labels[i] for i in train])
+        for i, g in enumerate(groups):
+            if g % 2 == fold:
+                scores[i] = model.score(rows[i])
+    return scores
+
+
+def flag_f1(scores: list[float], labels: list[int], groups: list[int]) -> float:
+    """F1 of the flag "wrong" (score < t), t chosen on the other fold: no peeking."""
+    predicted = [False] * len(scores)
+    for fold in (0, 1):
+        train = [i for i, g in enumerate(groups) if g % 2 != fold]
+        t = best_threshold([scores[i] for i in train], [labels[i] == 0 for i in train])
+        for i, g in enumerate(groups):
+            if g % 2 == fold:
+                predicted[i] = scores[i] < t
+    return f1_score(predicted, [y == 0 for y in labels])
+
+
+def rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rounded(v) for v in value]
+    return value
+
+
+def answer_logprobs(hf: HFGenerator, prompt: str, answer: str) -> list[float]:
+    """Log-probabilities of the answer's tokens after the prompt (teacher forcing)."""
+    tokenizer = hf.tokenizer
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    answer_ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([prompt_ids + answer_ids], device=hf.device)
+    with torch.inference_mode():
+        logits = hf.model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    return logprobs.gather(1, torch.tensor(answer_ids, device=hf.device)[:, None])[:, 0].tolist()
+
+
+# ---------------------------------------------------------------- HaluEval
+def run_halueval(args: argparse.Namespace, embedder: Embedder, hf: HFGenerator) -> dict[str, Any]:
+    items = load_halueval(args.data_dir, args.limit)
+    chain = GuardChain([RepetitionGuard(fail_on_cutoff=False), GroundingGuard(embedder)])
+    prior = ConfidenceModel.prior()
+    rows: list[dict[str, float]] = []
+    labels: list[int] = []
+    groups: list[int] = []
+    baselines: dict[str, list[float]] = defaultdict(list)
+    started = time.perf_counter()
+    for k, item in enumerate(items):
+        passage = Passage("knowledge", "knowledge", item.knowledge, 1.0)
+        prompt = hf.apply_chat_template(build_messages(item.question, [passage]))
+        for answer, label in ((item.right_answer, 1), (item.hallucinated_answer, 0)):
+            logprobs = answer_logprobs(hf, prompt, answer)
+            ctx = GuardContext(
+                question=item.question,
+                answer=answer,
+                passages=(Evidence("knowledge", item.knowledge, 1.0),),
+                candidates=(Candidate(answer, tuple(logprobs), "stop"),),
+            )
+            results = chain.run(ctx).results
+            rows.append(features(results, token_logprobs=logprobs))
+            labels.append(label)
+            groups.append(k)
+            baselines["answer_length"].append(-len(answer))  # shorter = more likely right
+            baselines["lexical_overlap"].append(
+                overlap(content_words(answer), content_words(item.knowledge))
+            )
+            baselines["mean_token_logprob"].append(float(np.mean(logprobs)) if logprobs else 0.0)
+    fitted = cross_fitted(rows, labels, groups)
+    ours = {
+        "prior": [prior.score(r) for r in rows],
+        "fitted": fitted,
+    }
+    record: dict[str, Any] = {
+        "num_items": len(items),
+        "num_answers": len(rows),
+        "seconds": time.perf_counter() - started,
+    }
+    for name, scores in {**ours, **baselines}.items():
+        record[name] = {
+            "auroc": auroc(scores, labels),
+            "flag_f1": flag_f1(scores, labels, groups),
+        }
+    best = max(baselines, key=lambda b: record[b]["auroc"])
+    record["best_baseline"] = best
+    record["fitted_minus_best_baseline_auroc"] = record["fitted"]["auroc"] - record[best]["auroc"]
+    record["fitted_ece"] = expected_calibration_error(fitted, labels)
+    record["target_auroc"] = 0.85
+    return record
+
+
+# ---------------------------------------------------------------- MetaQA
+TEMPLATES = {
+    "directed_by": "{s} was directed by {o}.",
+    "written_by": "{s} was written by {o}.",
+    "starred_actors": "{s} starred {o}.",
+    "release_year": "{s} was released in {o}.",
+    "in_language": "The language of {s} is {o}.",
+    "has_genre": "The genre of {s} is {o}.",
+    "has_tags": "{s} is tagged {o}.",
+    "has_imdb_rating": "{s} has a rating of {o}.",
+    "has_imdb_votes": "{s} has {o} votes.",
+}
+
+
+def noisy(name: str, rng: random.Random) -> str:
+    """The name as a careless writer would put it: case, punctuation, no leading 'The'."""
+    kind = rng.choice(("lower", "upper", "no_the", "no_punct", "as_is"))
+    if kind == "lower":
+        return name.lower()
+    if kind == "upper":
+        return name.upper()
+    if kind == "no_the":
+        return name.removeprefix("The ").removeprefix("the ")
+    if kind == "no_punct":
+        return "".join(ch for ch in name if ch.isalnum() or ch.isspace())
+    return name
+
+
+def load_movie_graph(data_dir: Path) -> tuple[KnowledgeGraph, float]:
+    started = time.perf_counter()
+    graph = KnowledgeGraph.from_file(
+        metaqa_kb_path(data_dir),
+        functional_relations=MOVIE_FUNCTIONAL_RELATIONS,
+        relation_phrases=MOVIE_RELATION_PHRASES,
+    )
+    return graph, time.perf_counter() - started
+
+
+def run_metaqa_claims(args: argparse.Namespace, graph: KnowledgeGraph) -> dict[str, Any]:
+    rng = random.Random(SEED)
+    questions = [q for q in load_metaqa_questions(args.data_dir) if q.kb_supported]
+    rng.shuffle(questions)
+    triples = []
+    for q in questions:
+        triple = q.implied_triples[0] if q.implied_triples else None
+        if triple and graph.resolve(triple[0], fuzzy=False) and graph.resolve(triple[2]):
+            triples.append(triple)
+        if len(triples) >= max(args.limit * 5, 200):
+            break
+    ranges: dict[str, list[str]] = {r: sorted(graph.values(r)) for r in graph.relations}
+    gold_supported, corrupt_supported, functional_contradicted, functional_total = 0, 0, 0, 0
+    check_ms: list[float] = []
+    per_relation: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    misses: list[str] = []
+    for subject, relation, obj in triples:
+        s_node, o_node = graph.resolve(subject), graph.resolve(obj)
+        text = TEMPLATES[relation].format(s=noisy(subject, rng), o=obj)
+        t0 = time.perf_counter()
+        checks = graph.check_answer(text)
+        check_ms.append((time.perf_counter() - t0) * 1000)
+        ok = any(
+            c.verdict is Verdict.SUPPORTED
+            and (c.claim.subject, c.claim.relation, c.claim.object) == (s_node, relation, o_node)
+            for c in checks
+        )
+        gold_supported += ok
+        per_relation[relation][0] += ok
+        per_relation[relation][1] += 1
+        if not ok and len(misses) < 10:
+            misses.append(text)
+        known = graph.objects(s_node or "", relation)
+        wrong = rng.choice(ranges[relation])
+        while wrong in known:
+            wrong = rng.choice(ranges[relation])
+        text = TEMPLATES[relation].format(s=noisy(subject, rng), o=wrong)
+        checks = graph.check_answer(text)
+        corrupt_supported += any(
+            c.verdict is Verdict.SUPPORTED and c.claim.object == wrong for c in checks
+        )
+        if relation in graph.functional_relations:
+            functional_total += 1
+            functional_contradicted += any(
+                c.verdict is Verdict.CONTRADICTED
+                and (c.claim.subject, c.claim.relation, c.claim.object) == (s_node, relation, wrong)
+                for c in checks
+            )
+    n = len(triples)
+    return {
+        "num_claims": n,
+        "gold_supported": gold_supported / n,
+        "corrupted_supported": corrupt_supported / n,
+        "functional_relations": sorted(graph.functional_relations),
+        "num_functional": functional_total,
+        "corrupted_functional_contradicted": functional_contradicted / max(1, functional_total),
+        "gold_supported_by_relation": {r: ok / tot for r, (ok, tot) in per_relation.items()},
+        "check_ms_p50": float(np.percentile(check_ms, 50)),
+        "check_ms_p99": float(np.percentile(check_ms, 99)),
+        "unsupported_examples": misses,
+        "targets": {
+            "gold_supported": ">= 0.95",
+            "corrupted_supported": "<= 0.02",
+            "corrupted_functional_contradicted": ">= 0.9",
+        },
+    }
+
+
+def movie_passages(graph: KnowledgeGraph, movies: Sequence[str]) -> list[Document]:
+    """Each movie's triples written out as one short text."""
+    labels = {
+        "directed_by": "Directed by",
+        "written_by": "Written by",
+        "starred_actors": "Starring",
+        "release_year": "Released in",
+        "in_language": "Language",
+        "has_genre": "Genre",
+        "has_tags": "Tags",
+        "has_imdb_rating": "IMDb rating",
+        "has_imdb_votes": "IMDb votes",
+    }
+    docs = []
+    for movie in movies:
+        parts = [
+            f"{label}: {', '.join(sorted(graph.objects(movie, relation)))}."
+            for relation, label in labels.items()
+            if graph.objects(movie, relation)
+        ]
+        if parts:
+            docs.append(Document(movie, f"{movie}. " + " ".join(parts), {"title": movie}))
+    return docs
+
+
+def run_metaqa_answers(
+    args: argparse.Namespace, graph: KnowledgeGraph, embedder: Embedder, generator: Any
+) -> dict[str, Any]:
+    rng = random.Random(SEED)
+    questions = [q for q in load_metaqa_questions(args.data_dir) if q.kb_supported]
+    rng.shuffle(questions)
+    questions = questions[: args.limit]
+    movies: set[str] = set()
+    for q in questions:
+        for subject, _, _ in q.implied_triples:
+            node = graph.resolve(subject, fuzzy=False)
+            if node:
+                movies.add(node)
+    with tempfile.TemporaryDirectory(prefix="ragguard-eval-") as tmp:
+        settings = Settings(
+            index_dir=Path(tmp) / "indexes",
+            data_dir=Path(tmp) / "data",
+            index_name="metaqa",
+            build_demo_index=False,
+            top_k=4,
+            max_tokens=48,
+        )
+        pipeline = Pipeline(settings, embedder, generator)
+        pipeline.checker = AnswerChecker(settings, embedder, graph=graph)
+        pipeline.collections.get("metaqa", create=True).ingest(
+            movie_passages(graph, sorted(movies))
+        )
+        asked = ask_all(
+            pipeline,
+            [q.question.replace("[", "").replace("]", "") for q in questions],
+            args.threads,
+        )
+        pipeline.close()
+    kg_scores, correct = [], []
+    outcomes: dict[str, int] = defaultdict(int)
+    for q, result in zip(questions, asked, strict=True):
+        if result.abstained:
+            continue
+        kg = next((g for g in result.guard_results if g.name == "knowledge_graph"), None)
+        outcome = kg.outcome if kg else "abstain"
+        outcomes[outcome] += 1
+        kg_scores.append({"pass": 1.0, "fail": 0.0}.get(outcome, 0.5))
+        correct.append(int(answer_matches(result.answer, q.answers)))
+    judged = [i for i, s in enumerate(kg_scores) if s != 0.5]
+    return {
+        "num_questions": len(questions),
+        "num_answered": len(correct),
+        "accuracy": float(np.mean(correct)) if correct else 0.0,
+        "kg_outcomes": dict(outcomes),
+        "kg_auroc": auroc(kg_scores, correct),
+        "kg_auroc_judged_only": auroc([kg_scores[i] for i in judged], [correct[i] for i in judged]),
+        "accuracy_when_kg_pass": mean_where(correct, kg_scores, 1.0),
+        "accuracy_when_kg_fail": mean_where(correct, kg_scores, 0.0),
+    }
+
+
+def mean_where(values: list[int], keys: list[float], key: float) -> float | None:
+    chosen = [v for v, k in zip(values, keys, strict=True) if k == key]
+    return float(np.mean(chosen)) if chosen else None
+
+
+# ---------------------------------------------------------------- end to end
+def ask_all(pipeline: Pipeline, questions: list[str], threads: int) -> list[Result]:
+    """Ask from several threads at once: the engine batches them into shared steps."""
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(lambda q: pipeline.ask(q, seed=SEED), questions))
+
+
+def is_correct(dataset: QADataset, answer: str, golds: Sequence[str]) -> bool:
+    if dataset.answer_kind == "yes_no":
+        return verdict_of(answer) == golds[0]
+    return answer_matches(answer, golds)
+
+
+def run_end_to_end(args: argparse.Namespace, embedder: Embedder, generator: Any) -> dict[str, Any]:
+    loaders: dict[str, Callable[[Path, int | None], QADataset]] = {
+        "musique": load_musique,
+        "hotpotqa": load_hotpotqa,
+        "pubmedqa": load_pubmedqa,
+    }
+    rows: list[dict[str, float]] = []
+    labels: list[int] = []
+    groups: list[int] = []
+    names: list[str] = []
+    per_dataset: dict[str, Any] = {}
+    for d, (name, load) in enumerate(loaders.items()):
+        dataset = load(args.data_dir, args.limit)
+        with tempfile.TemporaryDirectory(prefix="ragguard-eval-") as tmp:
+            settings = Settings(
+                index_dir=Path(tmp) / "indexes",
+                data_dir=Path(tmp) / "data",
+                index_name=name,
+                build_demo_index=False,
+                num_candidates=args.num_candidates,
+                max_tokens=64,
+            )
+            pipeline = Pipeline(settings, embedder, generator)
+            pipeline.collections.get(name, create=True).ingest(dataset.documents)
+            started = time.perf_counter()
+            questions = [e.question for e in dataset.examples]
+            if dataset.answer_kind == "yes_no":
+                questions = [f"{q} Answer yes, no or maybe." for q in questions]
+            results = ask_all(pipeline, questions, args.threads)
+            elapsed = time.perf_counter() - started
+            pipeline.close()
+        declined = 0
+        answered_correct = []
+        for k, (example, result) in enumerate(zip(dataset.examples, results, strict=True)):
+            if result.confidence is None:  # declined or nothing retrieved: no answer to score
+                declined += 1
+                continue
+            ok = is_correct(dataset, result.answer, example.answers)
+            rows.append(result.confidence_signals)
+            labels.append(int(ok))
+            groups.append(d * 100_000 + k)
+            names.append(name)
+            answered_correct.append(ok)
+        per_dataset[name] = {
+            "num_questions": len(dataset.examples),
+            "declined": declined,
+            "accuracy_of_answered": float(np.mean(answered_correct)) if answered_correct else 0.0,
+            "seconds": elapsed,
+        }
+    prior = ConfidenceModel.prior()
+    prior_scores = [prior.score(r) for r in rows]
+    fitted = cross_fitted(rows, labels, groups)
+    logprob = [r["token_prob"] for r in rows]
+    for name in per_dataset:
+        idx = [i for i, n in enumerate(names) if n == name]
+        y = [labels[i] for i in idx]
+        per_dataset[name].update(
+            auroc_prior=auroc([prior_scores[i] for i in idx], y),
+            auroc_fitted=auroc([fitted[i] for i in idx], y),
+            auroc_mean_logprob=auroc([logprob[i] for i in idx], y),
+        )
+    record: dict[str, Any] = {
+        "num_candidates": args.num_candidates,
+        "datasets": per_dataset,
+        "num_answers": len(rows),
+        "accuracy": float(np.mean(labels)) if labels else 0.0,
+        "auroc_prior": auroc(prior_scores, labels),
+        "auroc_fitted": auroc(fitted, labels),
+        "auroc_mean_logprob": auroc(logprob, labels),
+        "aurc_fitted": area_under_risk_coverage(fitted, labels),
+        "aurc_mean_logprob": area_under_risk_coverage(logprob, labels),
+        "ece_fitted": expected_calibration_error(fitted, labels),
+        "risk_coverage_fitted": [
+            [p.coverage, p.accuracy, p.threshold] for p in risk_coverage(fitted, labels)
+        ],
+        "risk_coverage_mean_logprob": [
+            [p.coverage, p.accuracy] for p in risk_coverage(logprob, labels)
+        ],
+        "target_auroc": 0.75,
+    }
+    if args.save_confidence and len(set(labels)) == 2:
+        model = ConfidenceModel.fit(rows, labels)
+        model.notes.update(
+            {
+                "data": "musique, hotpotqa, pubmedqa (ragguard benchmarks/guards_eval.py)",
+                "num_candidates": float(args.num_candidates),
+                "cross_fitted_auroc": record["auroc_fitted"],
+                "cross_fitted_ece": record["ece_fitted"],
+            }
+        )
+        model.save(args.save_confidence)
+        record["saved_confidence_model"] = str(args.save_confidence)
+        record["fitted_weights"] = model.weights
+    return record
+
+
+# ---------------------------------------------------------------- repetition
+def loops_by_oracle(token_ids: list[int], max_tokens: int) -> bool:
+    """Independent label of a degenerate loop: ran to max_tokens, and the second half of the
+    tokens compresses more than 4x (a statistic our detector does not use)."""
+    if len(token_ids) < max_tokens:
+        return False
+    tail = np.asarray(token_ids[len(token_ids) // 2 :], dtype=np.int32).tobytes()
+    return len(tail) / len(zlib.compress(tail, 9)) > 4.0
+
+
+def run_repetition(
+    args: argparse.Namespace, embedder: Embedder, generator: Any, demo_pipeline: Pipeline | None
+) -> dict[str, Any]:
+    max_tokens = 160
+    prompts = [
+        generator.apply_chat_template([{"role": "user", "content": p}]) for p in LOOP_PROMPTS
+    ]
+    free = generator.generate(prompts, SamplingParams(max_tokens=max_tokens))
+    stopped = generator.generate(
+        prompts, SamplingParams(max_tokens=max_tokens, stop_check=LoopStop())
+    )
+    guard = RepetitionGuard()
+    loops = flagged = stop_hits = 0
+    tokens_free = tokens_stopped = 0
+    false_flags = 0
+    for out, early in zip(free, stopped, strict=True):
+        c, e = out.outputs[0], early.outputs[0]
+        label = loops_by_oracle(c.token_ids, max_tokens)
+        ctx = GuardContext("q", c.text, candidates=(Candidate(c.text, (), str(c.finish_reason)),))
+        fail = guard.check(ctx).outcome is Outcome.FAIL
+        loops += label
+        flagged += label and fail
+        false_flags += (not label) and fail
+        stop_hits += label and e.stop_reason == "repetition loop"
+        if label:
+            tokens_free += len(c.token_ids)
+            tokens_stopped += len(e.token_ids)
+    demo_flags = []
+    if demo_pipeline is not None:
+        for question in DEMO_QUESTIONS:
+            result = demo_pipeline.ask(question)
+            rep = next((g for g in result.guard_results if g.name == "repetition"), None)
+            if rep is not None and rep.outcome == "fail":
+                demo_flags.append(f"{question} -> {rep.reason}")
+    return {
+        "num_prompts": len(prompts),
+        "loops_by_oracle": loops,
+        "guard_recall": flagged / loops if loops else float("nan"),
+        "guard_flags_on_non_loops": false_flags,
+        "stop_check_recall": stop_hits / loops if loops else float("nan"),
+        "loop_tokens_saved_by_stop_check": 1 - tokens_stopped / tokens_free if tokens_free else 0.0,
+        "demo_questions": len(DEMO_QUESTIONS) if demo_pipeline is not None else 0,
+        "demo_flags": demo_flags,
+    }
+
+
+# ---------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    sections = args.sections.split(",")
+    torch.manual_seed(SEED)
+    config = EngineConfig()
+    embedder = Embedder()
+    generator = build_generator(config, "engine")
+    record: dict[str, Any] = {
+        "benchmark": "guards_eval",
+        "command": "python benchmarks/guards_eval.py " + shlex.join(sys.argv[1:]),
+        "limit": args.limit,
+    }
+    if "halueval" in sections:
+        hf = build_generator(config, "hf")
+        assert isinstance(hf, HFGenerator)
+        record["halueval"] = run_halueval(args, embedder, hf)
+        print(json.dumps({"halueval": rounded(record["halueval"])}), flush=True)
+        del hf
+    if "metaqa_claims" in sections or "metaqa_answers" in sections:
+        graph, load_s = load_movie_graph(args.data_dir)
+        record["metaqa_graph"] = {"triples": len(graph), "load_s": load_s}
+        if "metaqa_claims" in sections:
+            record["metaqa_claims"] = run_metaqa_claims(args, graph)
+            print(json.dumps({"metaqa_claims": rounded(record["metaqa_claims"])}), flush=True)
+        if "metaqa_answers" in sections:
+            record["metaqa_answers"] = run_metaqa_answers(args, graph, embedder, generator)
+            print(json.dumps({"metaqa_answers": rounded(record["metaqa_answers"])}), flush=True)
+        del graph
+    if "end_to_end" in sections:
+        record["end_to_end"] = run_end_to_end(args, embedder, generator)
+        print(json.dumps({"end_to_end": rounded(record["end_to_end"])}), flush=True)
+    if "repetition" in sections:
+        with tempfile.TemporaryDirectory(prefix="ragguard-eval-") as tmp:
+            settings = Settings(index_dir=Path(tmp) / "indexes", data_dir=Path(tmp) / "data")
+            demo = Pipeline(settings, embedder, generator)
+            from rag.server.state import ensure_demo_index
+
+            ensure_demo_index(demo)
+            record["repetition"] = run_repetition(args, embedder, generator, demo)
+            demo.close()
+    print(json.dumps(rounded(record)))
+
+
+if __name__ == "__main__":
+    main()
