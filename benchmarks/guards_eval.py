@@ -29,6 +29,7 @@ The last line of stdout is one JSON object with every figure.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import random
 import shlex
@@ -176,16 +177,26 @@ def rounded(value: Any) -> Any:
     return value
 
 
-def answer_logprobs(hf: HFGenerator, prompt: str, answer: str) -> list[float]:
-    """Log-probabilities of the answer's tokens after the prompt (teacher forcing)."""
-    tokenizer = hf.tokenizer
-    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    answer_ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
-    ids = torch.tensor([prompt_ids + answer_ids], device=hf.device)
+def answer_logprobs(hf: HFGenerator, prompt: str, answers: Sequence[str]) -> list[list[float]]:
+    """Log-probabilities of each answer's tokens after the prompt (teacher forcing); the
+    prompt is run once and its KV cache copied for each answer."""
+    tokenizer, model = hf.tokenizer, hf.model
+    prompt_ids = torch.tensor([tokenizer(prompt, add_special_tokens=False)["input_ids"]])
+    scored = []
     with torch.inference_mode():
-        logits = hf.model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()
-    logprobs = torch.log_softmax(logits, dim=-1)
-    return logprobs.gather(1, torch.tensor(answer_ids, device=hf.device)[:, None])[:, 0].tolist()
+        out = model(input_ids=prompt_ids.to(hf.device), use_cache=True, logits_to_keep=1)
+        for answer in answers:
+            ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
+            if not ids:
+                scored.append([])
+                continue
+            cache = copy.deepcopy(out.past_key_values)
+            rest = model(input_ids=torch.tensor([ids], device=hf.device), past_key_values=cache)
+            logits = torch.cat([out.logits[0, -1:], rest.logits[0, :-1]]).float()
+            logprobs = torch.log_softmax(logits, dim=-1)
+            chosen = logprobs.gather(1, torch.tensor(ids, device=hf.device)[:, None])[:, 0]
+            scored.append(chosen.tolist())
+    return scored
 
 
 # ---------------------------------------------------------------- HaluEval
@@ -201,8 +212,9 @@ def run_halueval(args: argparse.Namespace, embedder: Embedder, hf: HFGenerator) 
     for k, item in enumerate(items):
         passage = Passage("knowledge", "knowledge", item.knowledge, 1.0)
         prompt = hf.apply_chat_template(build_messages(item.question, [passage]))
-        for answer, label in ((item.right_answer, 1), (item.hallucinated_answer, 0)):
-            logprobs = answer_logprobs(hf, prompt, answer)
+        pair = (item.right_answer, item.hallucinated_answer)
+        scored = answer_logprobs(hf, prompt, pair)
+        for answer, label, logprobs in zip(pair, (1, 0), scored, strict=True):
             ctx = GuardContext(
                 question=item.question,
                 answer=answer,

@@ -23,6 +23,8 @@ FEATURES = (
     "agreement",  # share of samples agreeing with the answer (centred)
     "grounding",  # share of sentences supported by their passages (centred)
     "coverage",  # share of the answer's content words found in the passages or question (centred)
+    "quoted",  # share of the answer's words in two-word runs quoted from the sources (centred)
+    "unsupported_words",  # content words found in no source (0, 1/6, ..., 1 for 6 or more)
     "novel_terms",  # names and numbers of the answer found in no source (0, 1/3, 2/3, 1)
     "kg_supported",  # 1 if the graph supports a claim and contradicts none
     "kg_contradicted",  # 1 if the graph contradicts a claim
@@ -51,8 +53,8 @@ def features(
 
     grounding = by_name.get("grounding")
     grounded = grounding is not None and grounding.outcome is not Outcome.ABSTAIN
-    coverage = grounding.evidence.get("coverage") if grounded and grounding else None
-    novel = grounding.evidence.get("novel_terms", ()) if grounded and grounding else ()
+    evidence = grounding.evidence if grounded and grounding else {}
+    coverage, quoted = evidence.get("coverage"), evidence.get("quoted_share")
     kg = by_name.get("knowledge_graph")
     repetition = by_name.get("repetition")
     mean_logprob = sum(token_logprobs) / len(token_logprobs) if token_logprobs else None
@@ -61,7 +63,9 @@ def features(
         "agreement": centred("self_consistency"),
         "grounding": centred("grounding"),
         "coverage": float(coverage) - 0.5 if isinstance(coverage, int | float) else 0.0,
-        "novel_terms": min(len(novel), 3) / 3,
+        "quoted": float(quoted) - 0.5 if isinstance(quoted, int | float) else 0.0,
+        "unsupported_words": min(len(evidence.get("unsupported_words", ())), 6) / 6,
+        "novel_terms": min(len(evidence.get("novel_terms", ())), 3) / 3,
         "kg_supported": float(kg is not None and kg.outcome is Outcome.PASS),
         "kg_contradicted": float(kg is not None and kg.outcome is Outcome.FAIL),
         "retrieval": retrieval_score - 0.5 if retrieval_score is not None else 0.0,
@@ -85,6 +89,8 @@ class ConfidenceModel:
             "agreement": 2.0,
             "grounding": 2.5,
             "coverage": 1.0,
+            "quoted": 1.0,
+            "unsupported_words": -2.0,
             "novel_terms": -1.5,
             "kg_supported": 1.5,
             "kg_contradicted": -4.0,

@@ -15,6 +15,7 @@ from guards.text import (
     is_negated,
     key_terms,
     overlap,
+    quoted_share,
     sentences,
     strip_markers,
 )
@@ -78,17 +79,20 @@ class GroundingGuard(Guard):
             if lexical < self.min_overlap and semantic < self.min_similarity:
                 unsupported.append(sentence)
         supported_share = 1 - len(unsupported) / len(claims)
-        # Two finer signals for the confidence model: how much of what the answer says occurs
-        # in the sources (or the question), and which names and numbers occur in neither.
+        # Finer signals for the confidence model: how much of what the answer says occurs in
+        # the sources (or the question), how much of it is quoted from them word for word,
+        # which of its words and which names and numbers occur in neither.
         source_text = " ".join([ctx.question, *(p.text for p in ctx.passages)])
         source_words = content_words(source_text)
-        answer_words = content_words(strip_markers(ctx.answer))
-        source_terms = source_words | key_terms(source_text)
+        answer = strip_markers(ctx.answer)
+        answer_words = content_words(answer)
         evidence = {
             "unsupported_sentences": unsupported,
             "dangling_citations": sorted(set(dangling)),
             "coverage": overlap(answer_words, source_words),
-            "novel_terms": sorted(key_terms(strip_markers(ctx.answer)) - source_terms),
+            "quoted_share": quoted_share(answer, source_text),
+            "unsupported_words": sorted(answer_words - source_words),
+            "novel_terms": sorted(key_terms(answer) - source_words - key_terms(source_text)),
         }
         if dangling:
             reason = f"citation(s) {sorted(set(dangling))} point to no passage"

@@ -42,6 +42,21 @@ def key_terms(text: str) -> set[str]:
     }
 
 
+def quoted_share(text: str, source: str, span: int = 2) -> float:
+    """Share of the words of ``text`` inside a run of ``span`` consecutive words that also
+    occurs in ``source`` (all of a one-word text when the word occurs there)."""
+    words = [w.casefold() for w in _WORD.findall(text)]
+    if not words:
+        return 0.0
+    n = min(span, len(words))
+    haystack = " " + " ".join(w.casefold() for w in _WORD.findall(source)) + " "
+    covered = [False] * len(words)
+    for i in range(len(words) - n + 1):
+        if f" {' '.join(words[i : i + n])} " in haystack:
+            covered[i : i + n] = [True] * n
+    return sum(covered) / len(words)
+
+
 def sentences(text: str) -> list[str]:
     """Sentences of ``text`` (split after . ! ? and their CJK forms), empty ones dropped."""
     return [s.strip() for s in _SENTENCE.split(text) if s.strip()]

@@ -7,14 +7,17 @@ import pytest
 
 from guards import (
     Candidate,
+    ConfidenceModel,
     Evidence,
     GroundingGuard,
     GuardContext,
     Outcome,
     SelfConsistencyGuard,
     cluster_answers,
+    features,
 )
 from guards.consistency import normalize_answer
+from guards.text import quoted_share
 
 
 def ctx(answer: str, samples: list[str]) -> GuardContext:
@@ -127,3 +130,24 @@ def test_a_negated_claim_is_not_grounded_by_the_positive_statement(embedder) -> 
         GuardContext("q", "Greedy decoding does not sample.", passages=denial)
     )
     assert ok.outcome is Outcome.PASS
+
+
+def test_grounding_measures_quoting_unsupported_words_and_new_names() -> None:
+    _, quoted = grounding("It stores the key and value tensors [1].")
+    assert quoted["quoted_share"] == pytest.approx(6 / 7)  # "It" is in no two-word run
+    assert quoted["unsupported_words"] == [] and quoted["novel_terms"] == []
+    _, invented = grounding("Mumbai hosts 3 caches built by Intel in 1999.")
+    assert invented["quoted_share"] == 0.0 and invented["coverage"] == 0.0
+    assert set(invented["unsupported_words"]) >= {"mumbai", "intel", "1999"}
+    assert invented["novel_terms"] == ["1999", "3", "intel", "mumbai"]
+    assert quoted_share("Delhi", "head office in Delhi.") == 1.0  # a one-word answer
+    assert quoted_share("", "anything") == 0.0
+
+
+def test_grounding_signals_feed_the_confidence() -> None:
+    def confidence(answer: str) -> float:
+        result = GroundingGuard().check(GuardContext("q", answer, passages=PASSAGES))
+        return ConfidenceModel.prior().score(features([result]))
+
+    assert confidence("A KV cache stores the key and value tensors of previous tokens [1].") > 0.8
+    assert confidence("Mumbai hosts 3 caches built by Intel in 1999.") < 0.1
