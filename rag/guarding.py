@@ -23,7 +23,7 @@ from guards import (
     SelfConsistencyGuard,
     features,
 )
-from guards.review import ReviewStore
+from guards.review import NewItem, ReviewStore
 from rag.embed import Embedder
 from rag.settings import Settings
 from rag.types import GuardVerdict, Passage
@@ -48,7 +48,7 @@ class Checked:
 class AnswerChecker:
     """The guard chain, the confidence model and the policy configured by the settings."""
 
-    def __init__(self, settings: Settings, embedder: Embedder):
+    def __init__(self, settings: Settings, embedder: Embedder, reviews: ReviewStore):
         guards = [RepetitionGuard(), GroundingGuard(embedder), SelfConsistencyGuard(embedder)]
         graph = self._load_graph(settings)
         if graph is not None:
@@ -62,7 +62,7 @@ class AnswerChecker:
         self.policy = Policy(
             abstain_below=settings.abstain_below, review_below=settings.review_below
         )
-        self.reviews = ReviewStore(settings.data_dir / "reviews.sqlite")
+        self.reviews = reviews
 
     @staticmethod
     def _load_graph(settings: Settings) -> KnowledgeGraph | None:
@@ -103,15 +103,30 @@ class AnswerChecker:
         return Checked(results, confidence, self.policy.decide(results, confidence))
 
     def queue_for_review(
-        self, question: str, answer: str, checked: Checked, passages: list[Passage]
+        self,
+        question: str,
+        answer: str,
+        checked: Checked,
+        passages: list[Passage],
+        *,
+        candidates: list[str] | None = None,
+        index_name: str = "",
+        index_version: str = "",
+        request_id: str = "",
     ) -> str:
-        payload = {
-            "confidence": checked.confidence,
-            "reasons": checked.decision.reasons,
-            "guard_results": [asdict(v) for v in checked.verdicts()],
-            "passages": [asdict(p) for p in passages],
-        }
-        return self.reviews.add(question, answer, payload)
-
-    def close(self) -> None:
-        self.reviews.close()
+        """Queue the answer for a person, with everything they need to judge it; its id."""
+        item = self.reviews.add(
+            NewItem(
+                question=question,
+                answer=answer,
+                candidates=candidates or [],
+                passages=[asdict(p) for p in passages],
+                guard_results=[asdict(v) for v in checked.verdicts()],
+                confidence=checked.confidence,
+                reasons=list(checked.decision.reasons),
+                index_name=index_name,
+                index_version=index_version,
+                request_id=request_id,
+            )
+        )
+        return item.id

@@ -8,6 +8,7 @@ leaves a change without its audit row. SQLite (WAL, ``synchronous=FULL``) by def
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -148,13 +149,15 @@ class ReviewStore:
         is_correct: bool,
         passages: list[dict[str, Any]] | None = None,
     ) -> str:
-        """A question with a known-right (or known-wrong) answer, used to score reviewers."""
+        """A question with a known-right (or known-wrong) answer, used to score reviewers.
+
+        Adding the same question and answer again is a no-op returning the same id."""
         if not question.strip() or not answer.strip():
             raise InvalidReviewError("a gold item needs a question and an answer")
-        gold_id = uuid.uuid4().hex
+        gold_id = hashlib.sha256(f"{question}\0{answer}".encode()).hexdigest()[:32]
         with self.db.transaction() as cur:
             cur.execute(
-                "INSERT INTO gold_items VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO gold_items VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
                 (
                     gold_id,
                     question,
