@@ -18,8 +18,8 @@ from rag.embed import Embedder
 from rag.errors import InvalidInputError
 from rag.guarding import AnswerChecker, Checked
 from rag.prompt import NO_ANSWER, build_messages
-from rag.reviews import index_version, open_review_store
 from rag.retriever import VectorRetriever
+from rag.reviews import index_version, open_review_store
 from rag.settings import Settings
 from rag.types import Passage, Result, Usage
 
