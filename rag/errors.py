@@ -103,3 +103,11 @@ class ConfigurationError(RagGuardError):
     API keys)."""
 
     error_type = "configuration_error"
+
+
+class ConflictError(RagGuardError):
+    """The thing is not in a state that allows the request (a review claimed by someone else,
+    already resolved, or whose claim expired)."""
+
+    status_code = 409
+    error_type = "conflict"

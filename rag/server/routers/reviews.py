@@ -109,17 +109,17 @@ async def export_reviews(
     status: Status | None = None,
 ) -> StreamingResponse:
     """Every item (or those of one status) with ratings, as JSON lines or CSV."""
-    rows = _export_rows(store, status, show_gold=who.role is Role.ADMIN)
+    rows = export_rows(store, status, show_gold=who.role is Role.ADMIN)
     if format == "jsonl":
         body: Iterator[str] = (json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
         media = "application/x-ndjson"
     else:
-        body, media = _csv(rows), "text/csv"
+        body, media = to_csv(rows), "text/csv"
     disposition = f'attachment; filename="reviews.{format}"'
     return StreamingResponse(body, media_type=media, headers={"content-disposition": disposition})
 
 
-def _export_rows(
+def export_rows(
     store: ReviewStore, status: Status | None, *, show_gold: bool
 ) -> Iterator[dict[str, Any]]:
     offset = 0
@@ -140,7 +140,7 @@ _CSV_FIELDS = [
 ]  # fmt: skip
 
 
-def _csv(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
+def to_csv(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=_CSV_FIELDS, extrasaction="ignore")
     writer.writeheader()
