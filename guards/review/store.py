@@ -245,7 +245,9 @@ class ReviewStore:
                 (actor, expires, item_id, now, actor),
             ).rowcount
             if not updated:
-                raise self._why_not(before, item_id, actor, now, claiming=True)
+                raise self._why_not(
+                    self._snapshot(cur, item_id), item_id, actor, now, claiming=True
+                )
             return self._changed(cur, item_id, actor, "claim", before, now)
 
     def claim_next(self, actor: str, *, ttl_s: float | None = None) -> ReviewItem | None:
@@ -262,7 +264,7 @@ class ReviewStore:
                 return None
             try:
                 return self.claim(row[0], actor, ttl_s=ttl_s)
-            except ClaimConflictError:
+            except ReviewConflictError:  # claimed (or even resolved) by someone else meanwhile
                 continue
         return None
 
@@ -277,7 +279,9 @@ class ReviewStore:
                 (item_id, actor),
             ).rowcount
             if not updated:
-                raise self._why_not(before, item_id, actor, now, releasing=True)
+                raise self._why_not(
+                    self._snapshot(cur, item_id), item_id, actor, now, releasing=True
+                )
             return self._changed(cur, item_id, actor, "release", before, now)
 
     def resolve(
@@ -319,7 +323,7 @@ class ReviewStore:
                 ),
             ).rowcount
             if not updated:
-                raise self._why_not(before, item_id, actor, now)
+                raise self._why_not(self._snapshot(cur, item_id), item_id, actor, now)
             if ratings is not None and not ratings.is_empty:
                 self._put_ratings(cur, item_id, actor, ratings, now)
             item = self._changed(cur, item_id, actor, action.value, before, now, ratings)
@@ -445,7 +449,8 @@ class ReviewStore:
         claiming: bool = False,
         releasing: bool = False,
     ) -> Exception:
-        """The error that explains why a conditional update matched no row."""
+        """The error that explains why a conditional update matched no row. ``row`` is read
+        after the update: on PostgreSQL another transaction may have committed in between."""
         if row is None:
             return ItemNotFoundError(f"no review item has id {item_id!r}")
         status, assignee, expires = Status(row["status"]), row["assignee"], row["claim_expires_at"]
