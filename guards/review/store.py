@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from guards.review import answer_cache
 from guards.review.backend import Cursor, Database
 from guards.review.errors import (
     AlreadyResolvedError,
@@ -33,13 +34,12 @@ from guards.review.models import (
     AuditEntry,
     CachedAnswer,
     NewItem,
-    Rating,
     Ratings,
     ReviewItem,
     Status,
-    normalise_question,
     priority_of,
 )
+from guards.review.rows import dumps, filters, item_from_row, loads, rating_from_row
 
 logger = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ class ReviewStore:
             "FROM ratings WHERE item_id = ? ORDER BY created_at",
             (item_id,),
         ).fetchall()
-        return _item(row, now, [_rating(r) for r in ratings])
+        return item_from_row(row, now, [rating_from_row(r) for r in ratings])
 
     def list_items(
         self,
@@ -205,7 +205,7 @@ class ReviewStore:
         Open items come most urgent first; resolved ones most recent first. An expired claim
         counts as pending: it is back in the queue."""
         now = self.clock()
-        where, params = _filters(now, status, reason, assignee, min_age_s, max_age_s, is_overdue)
+        where, params = filters(now, status, reason, assignee, min_age_s, max_age_s, is_overdue)
         order = "resolved_at DESC" if status and not status.is_open else "priority, created_at, id"
         with self.db.read() as cur:
             total = (
@@ -215,7 +215,7 @@ class ReviewStore:
                 f"SELECT {_COLUMNS} FROM review_items {where} ORDER BY {order} LIMIT ? OFFSET ?",
                 (*params, limit, offset),
             ).fetchall()
-            items = [_item(r, now, []) for r in rows]
+            items = [item_from_row(r, now, []) for r in rows]
         return items, int(total)
 
     def audit(self, item_id: str | None = None, *, limit: int = 1000) -> list[AuditEntry]:
@@ -227,7 +227,7 @@ class ReviewStore:
         with self.db.read() as cur:
             rows = cur.execute(sql + " ORDER BY id LIMIT ?", (*params, limit)).fetchall()
         return [
-            AuditEntry(int(r[0]), r[1], r[2], r[3], float(r[4]), _loads(r[5]), _loads(r[6]))
+            AuditEntry(int(r[0]), r[1], r[2], r[3], float(r[4]), loads(r[5]), loads(r[6]))
             for r in rows
         ]
 
@@ -328,7 +328,7 @@ class ReviewStore:
                 self._put_ratings(cur, item_id, actor, ratings, now)
             item = self._changed(cur, item_id, actor, action.value, before, now, ratings)
             if action in (Action.APPROVE, Action.EDIT) and item.gold_id is None and item.index_name:
-                self._cache(cur, item, actor, now)
+                answer_cache.put(cur, item, actor, now)
             return item
 
     def rate(self, item_id: str, actor: str, ratings: Ratings) -> ReviewItem:
@@ -354,41 +354,12 @@ class ReviewStore:
     ) -> CachedAnswer | None:
         """The reviewed answer to this question on this version of the index, if any."""
         with self.db.read() as cur:
-            row = cur.execute(
-                "SELECT c.answer, c.review_id, c.reviewer, r.passages, c.created_at "
-                "FROM answer_cache c JOIN review_items r ON r.id = c.review_id "
-                "WHERE c.question_key = ? AND c.index_name = ? AND c.index_version = ?",
-                (normalise_question(question), index_name, index_version),
-            ).fetchone()
-        if row is None:
-            return None
-        return CachedAnswer(row[0], row[1], row[2], json.loads(row[3]), float(row[4]))
+            return answer_cache.lookup(cur, question, index_name, index_version)
 
     def invalidate(self, index_name: str, *, keep_version: str | None = None) -> int:
         """Forget reviewed answers of an index (except those of ``keep_version``)."""
         with self.db.transaction() as cur:
-            return cur.execute(
-                "DELETE FROM answer_cache WHERE index_name = ? AND index_version <> ?",
-                (index_name, keep_version or ""),
-            ).rowcount
-
-    def _cache(self, cur: Cursor, item: ReviewItem, actor: str, now: float) -> None:
-        cur.execute(
-            "INSERT INTO answer_cache VALUES (?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (question_key, index_name) DO UPDATE SET "
-            "index_version = excluded.index_version, answer = excluded.answer, "
-            "review_id = excluded.review_id, reviewer = excluded.reviewer, "
-            "created_at = excluded.created_at",
-            (
-                normalise_question(item.question),
-                item.index_name,
-                item.index_version,
-                item.final_answer,
-                item.id,
-                actor,
-                now,
-            ),
-        )
+            return answer_cache.invalidate(cur, index_name, keep_version)
 
     # Helpers
 
@@ -436,7 +407,7 @@ class ReviewStore:
         cur.execute(
             "INSERT INTO audit_log (item_id, actor, action, at, before_state, after_state) "
             "VALUES (?, ?, ?, ?, ?, ?)",
-            (item_id, actor, action, now, _dumps(before), _dumps(after)),
+            (item_id, actor, action, now, dumps(before), dumps(after)),
         )
 
     @staticmethod
@@ -472,85 +443,3 @@ class ReviewStore:
         return NotClaimedError(
             f"you ({actor}) do not hold a claim on item {item_id}; claim it first"
         )
-
-
-def _filters(
-    now: float,
-    status: Status | None,
-    reason: str | None,
-    assignee: str | None,
-    min_age_s: float | None,
-    max_age_s: float | None,
-    is_overdue: bool | None,
-) -> tuple[str, tuple[Any, ...]]:
-    clauses: list[str] = []
-    params: list[Any] = []
-    if status is Status.PENDING:
-        clauses.append("(status = 'pending' OR (status = 'claimed' AND claim_expires_at <= ?))")
-        params.append(now)
-    elif status is Status.CLAIMED:
-        clauses.append("status = 'claimed' AND claim_expires_at > ?")
-        params.append(now)
-    elif status is not None:
-        clauses.append("status = ?")
-        params.append(status.value)
-    if reason:
-        clauses.append("LOWER(reasons) LIKE ?")
-        params.append(f"%{reason.lower()}%")
-    if assignee:
-        clauses.append("assignee = ? AND status = 'claimed' AND claim_expires_at > ?")
-        params += [assignee, now]
-    if min_age_s is not None:
-        clauses.append("created_at <= ?")
-        params.append(now - min_age_s)
-    if max_age_s is not None:
-        clauses.append("created_at >= ?")
-        params.append(now - max_age_s)
-    if is_overdue is not None:
-        open_ = "(status IN ('pending', 'claimed', 'escalated') AND deadline < ?)"
-        clauses.append(open_ if is_overdue else f"NOT {open_}")
-        params.append(now)
-    return ("WHERE " + " AND ".join(clauses) if clauses else ""), tuple(params)
-
-
-def _item(row: tuple[Any, ...], now: float, ratings: list[Rating]) -> ReviewItem:
-    status, assignee, expires = Status(row[11]), row[12], row[13]
-    if status is Status.CLAIMED and (expires is None or expires <= now):
-        status, assignee = Status.PENDING, None  # an expired claim is back in the queue
-    return ReviewItem(
-        id=row[0],
-        question=row[1],
-        answer=row[2],
-        candidates=json.loads(row[3]),
-        passages=json.loads(row[4]),
-        guard_results=json.loads(row[5]),
-        confidence=row[6],
-        reasons=json.loads(row[7]),
-        priority=float(row[8]),
-        created_at=float(row[9]),
-        deadline=float(row[10]),
-        status=status,
-        assignee=assignee,
-        claim_expires_at=expires if status is Status.CLAIMED else None,
-        resolution=Action(row[14]) if row[14] else None,
-        edited_answer=row[15],
-        resolved_by=row[16],
-        resolved_at=row[17],
-        index_name=row[18],
-        index_version=row[19],
-        request_id=row[20],
-        gold_id=row[21],
-        ratings=ratings,
-    )
-
-
-def _rating(row: tuple[Any, ...]) -> Rating:
-    return Rating(row[0], row[1], Ratings(row[2], row[3], row[4], row[5]), float(row[6]))
-
-
-def _dumps(value: dict[str, Any] | None) -> str | None:
-    return None if value is None else json.dumps(value, default=str)
-
-
-def _loads(text: str | None) -> dict[str, Any] | None:
-    return None if text is None else dict(json.loads(text))
