@@ -88,7 +88,7 @@ class ReviewStore:
         priority = priority_of(new.confidence, new.guard_results)
         with self.db.transaction() as cur:
             item_id = self._insert(cur, new, now, priority, gold_id=None)
-            self._maybe_add_gold(cur, now, priority)
+            self._maybe_add_gold(cur, new, now, priority)
             return self._get(cur, item_id, now)
 
     def _insert(
@@ -121,8 +121,9 @@ class ReviewStore:
         self._audit(cur, item_id, SYSTEM, "created", None, {"status": "pending"}, now)
         return item_id
 
-    def _maybe_add_gold(self, cur: Cursor, now: float, priority: float) -> None:
-        """Keep gold items at ``gold_rate`` of the queue, placed next to the item just added."""
+    def _maybe_add_gold(self, cur: Cursor, new: NewItem, now: float, priority: float) -> None:
+        """Keep gold items at ``gold_rate`` of the queue, placed next to the item just added and
+        looking like it in the list (its confidence and reasons), so reviewers cannot tell."""
         if self.gold_rate <= 0:
             return
         num_real, num_gold = cur.execute(
@@ -138,8 +139,14 @@ class ReviewStore:
         ).fetchone()
         if gold is None:
             return
-        new = NewItem(gold[1], gold[2], passages=json.loads(gold[3]), reasons=["sampled"])
-        self._insert(cur, new, now, priority, gold_id=gold[0])
+        disguised = NewItem(
+            gold[1],
+            gold[2],
+            passages=json.loads(gold[3]),
+            confidence=new.confidence,
+            reasons=new.reasons,
+        )
+        self._insert(cur, disguised, now, priority, gold_id=gold[0])
 
     def add_gold(
         self,

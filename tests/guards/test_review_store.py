@@ -264,6 +264,7 @@ def test_gold_items_are_mixed_in_and_score_reviewers(tmp_path: Path) -> None:
     gold = [i for i in items if i.gold_id]
     assert total == 8 and len(gold) == 2  # 2 of 8 = 25 %
     assert {g.gold_id for g in gold} != {right}  # both gold items are used
+    assert all(g.reasons == ["confidence 0.40 < 0.5"] and g.confidence == 0.4 for g in gold)
     for g in gold:
         store.claim(g.id, "ann")
         store.resolve(g.id, "ann", Action.APPROVE)  # right once, wrong once

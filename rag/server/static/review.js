@@ -131,6 +131,9 @@ function renderItem() {
   if (item.resolved_by) meta.append(badge(`${item.resolution} by ${item.resolved_by}`));
   $("#item-question").textContent = item.question;
   $("#item-answer").textContent = item.edited_answer ?? item.answer;
+  const others = item.candidates.filter((c) => c !== item.answer);
+  $("#candidates-block").hidden = others.length === 0;
+  $("#item-candidates").replaceChildren(...others.map((c) => el("li", { textContent: c })));
   $("#item-reasons").replaceChildren(...item.reasons.map((r) => el("li", { textContent: r })));
   $("#item-guards tbody").replaceChildren(...item.guard_results.map((g) => el("tr", {},
     el("td", { textContent: g.name }), el("td", {}, badge(g.outcome, g.outcome)),
