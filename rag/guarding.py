@@ -25,6 +25,7 @@ from guards import (
 )
 from guards.review import NewItem, ReviewStore
 from rag.embed import Embedder
+from rag.reviews import open_review_store
 from rag.settings import Settings
 from rag.types import GuardVerdict, Passage
 
@@ -48,7 +49,11 @@ class Checked:
 class AnswerChecker:
     """The guard chain, the confidence model and the policy configured by the settings."""
 
-    def __init__(self, settings: Settings, embedder: Embedder, reviews: ReviewStore):
+    def __init__(
+        self, settings: Settings, embedder: Embedder, reviews: ReviewStore | None = None
+    ):
+        """``reviews``: the queue flagged answers go to (the pipeline's); without one the
+        checker opens its own connection to the store the settings name."""
         guards = [RepetitionGuard(), GroundingGuard(embedder), SelfConsistencyGuard(embedder)]
         graph = self._load_graph(settings)
         if graph is not None:
@@ -62,7 +67,7 @@ class AnswerChecker:
         self.policy = Policy(
             abstain_below=settings.abstain_below, review_below=settings.review_below
         )
-        self.reviews = reviews
+        self.reviews = reviews if reviews is not None else open_review_store(settings)
 
     @staticmethod
     def _load_graph(settings: Settings) -> KnowledgeGraph | None:
