@@ -49,9 +49,7 @@ class Checked:
 class AnswerChecker:
     """The guard chain, the confidence model and the policy configured by the settings."""
 
-    def __init__(
-        self, settings: Settings, embedder: Embedder, reviews: ReviewStore | None = None
-    ):
+    def __init__(self, settings: Settings, embedder: Embedder, reviews: ReviewStore | None = None):
         """``reviews``: the queue flagged answers go to (the pipeline's); without one the
         checker opens its own connection to the store the settings name."""
         guards = [RepetitionGuard(), GroundingGuard(embedder), SelfConsistencyGuard(embedder)]
