@@ -407,7 +407,7 @@ def run_metaqa_answers(
             max_tokens=48,
         )
         pipeline = Pipeline(settings, embedder, generator)
-        pipeline.checker = AnswerChecker(settings, embedder, graph=graph)
+        pipeline.checker = AnswerChecker(settings, embedder, pipeline.reviews, graph=graph)
         pipeline.collections.get("metaqa", create=True).ingest(
             movie_passages(graph, sorted(movies))
         )

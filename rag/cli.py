@@ -64,8 +64,9 @@ def _print_result(result: Any, as_json: bool) -> None:
     print(result.answer)
     if result.abstained:
         print(f"\n(abstained: {result.abstain_reason})")
-    elif result.confidence is not None:
-        print(f"\ndecision: {result.decision} (confidence {result.confidence:.2f})")
+    elif result.confidence is not None or result.decision_reasons:
+        confidence = "" if result.confidence is None else f" (confidence {result.confidence:.2f})"
+        print(f"\ndecision: {result.decision}{confidence}")
         for reason in result.decision_reasons:
             print(f"  - {reason}")
         if result.review_id:
@@ -120,15 +121,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from rag.server import create_app
+    from rag.server.auth import KeyStore, check_bind
 
     settings = _settings(args, host=args.host, port=args.port)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    keys = KeyStore(settings.data_dir / "keys.sqlite", settings.api_keys)
+    try:
+        protection = check_bind(settings.host, keys)  # refuses beyond loopback without keys
+    finally:
+        keys.close()
     print(
         f"ragguard: serving index {settings.index_name!r} "
-        f"on http://{settings.host}:{settings.port} "
-        f"(docs at /docs; the model loads in the background, see /readyz)",
+        f"on http://{settings.host}:{settings.port} ({protection}; "
+        f"docs at /docs, reviewers at /review; the model loads in the background, see /readyz)",
         file=sys.stderr,
     )
     uvicorn.run(
@@ -218,6 +225,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--index-dir", type=Path, help="folder of indexes (default: ./indexes)")
     p.add_argument("--yes", action="store_true", help="delete without asking")
     p.set_defaults(func=cmd_index)
+
+    from rag.cli_review import add_parsers
+
+    add_parsers(sub)
     return parser
 
 
@@ -232,11 +243,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pydantic import ValidationError
 
     from engine.errors import EngineError
+    from guards.review.errors import ReviewError
     from rag.errors import RagGuardError
 
     try:
         return func(args)
-    except (RagGuardError, EngineError, ValueError) as exc:
+    except (RagGuardError, EngineError, ReviewError, ValueError) as exc:
         # ValueError covers invalid sampling values; pydantic's ValidationError (a ValueError)
         # lists the settings that were out of range.
         message = _validation_summary(exc) if isinstance(exc, ValidationError) else str(exc)

@@ -13,6 +13,8 @@ from urllib.parse import quote
 import httpx
 
 from rag.errors import (
+    AuthenticationError,
+    ConflictError,
     DocumentNotFoundError,
     DocumentParseError,
     IndexMismatchError,
@@ -22,6 +24,7 @@ from rag.errors import (
     NotFoundError,
     NotReadyError,
     PayloadTooLargeError,
+    PermissionDeniedError,
     RagGuardError,
     UnsupportedFileTypeError,
 )
@@ -29,6 +32,8 @@ from rag.types import Result
 
 DEFAULT_TIMEOUT_S = 120.0
 _BY_STATUS: dict[int, type[RagGuardError]] = {
+    401: AuthenticationError,
+    403: PermissionDeniedError,
     404: NotFoundError,
     409: IndexMismatchError,
     411: LengthRequiredError,
@@ -39,6 +44,15 @@ _BY_STATUS: dict[int, type[RagGuardError]] = {
 }
 _BY_KIND: dict[str, type[RagGuardError]] = {
     cls.error_type: cls for cls in (IndexNotFoundError, DocumentNotFoundError, DocumentParseError)
+} | {
+    kind: ConflictError
+    for kind in (
+        "not_claimed",
+        "claimed_by_another",
+        "claim_expired",
+        "already_resolved",
+        "review_conflict",
+    )
 }
 
 
@@ -87,9 +101,13 @@ class Client:
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         api_key: str | None = None,
+        reviewer: str | None = None,
         transport: httpx.BaseTransport | None = None,
     ):
+        """``reviewer`` names you to a server running without API keys (loopback only)."""
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        if reviewer:
+            headers["x-reviewer"] = reviewer
         self._http = httpx.Client(
             base_url=base_url, timeout=timeout_s, headers=headers, transport=transport
         )
@@ -152,6 +170,56 @@ class Client:
     def ready(self) -> bool:
         """True once the server has loaded its model."""
         return self._http.get("/readyz").status_code == 200
+
+    # Human review (a reviewer or admin key)
+
+    def list_reviews(self, **filters: Any) -> dict[str, Any]:
+        """A page of review items; filters: status, reason, assignee, min_age_s, max_age_s,
+        overdue, offset, limit."""
+        params = {k: v for k, v in filters.items() if v is not None}
+        result: dict[str, Any] = self._call("GET", "/v1/reviews", params=params)
+        return result
+
+    def get_review(self, review_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", f"/v1/reviews/{quote(review_id)}")
+        return result
+
+    def claim_review(self, review_id: str | None = None) -> dict[str, Any] | None:
+        """Claim an item (None: the most urgent one; None back when the queue is empty)."""
+        path = "/v1/reviews/next" if review_id is None else f"/v1/reviews/{quote(review_id)}/claim"
+        result: dict[str, Any] | None = self._call("POST", path)
+        return result
+
+    def release_review(self, review_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", f"/v1/reviews/{quote(review_id)}/release")
+        return result
+
+    def resolve_review(
+        self,
+        review_id: str,
+        action: str,
+        *,
+        edited_answer: str | None = None,
+        ratings: dict[str, int | None] | None = None,
+        comment: str = "",
+    ) -> dict[str, Any]:
+        """approve, edit (with ``edited_answer``), reject or escalate a claimed item."""
+        body = {
+            "action": action,
+            "edited_answer": edited_answer,
+            "ratings": ratings or {},
+            "comment": comment,
+        }
+        result: dict[str, Any] = self._call(
+            "POST", f"/v1/reviews/{quote(review_id)}/resolve", json=body
+        )
+        return result
+
+    def export_reviews(self, *, format: str = "jsonl", status: str | None = None) -> str:
+        params = {"format": format, **({"status": status} if status else {})}
+        response = self._http.get("/v1/reviews/export", params=params)
+        _raise_for_status(response)
+        return response.text
 
 
 class AsyncClient:

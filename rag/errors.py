@@ -82,3 +82,32 @@ class NotReadyError(RagGuardError):
 
     status_code = 503
     error_type = "not_ready"
+
+
+class AuthenticationError(RagGuardError):
+    """No API key, or one the server does not know."""
+
+    status_code = 401
+    error_type = "unauthenticated"
+
+
+class PermissionDeniedError(RagGuardError):
+    """The API key is valid but its role does not allow this route."""
+
+    status_code = 403
+    error_type = "forbidden"
+
+
+class ConfigurationError(RagGuardError):
+    """The settings ask for something unsafe or impossible (e.g. serving beyond loopback with no
+    API keys)."""
+
+    error_type = "configuration_error"
+
+
+class ConflictError(RagGuardError):
+    """The thing is not in a state that allows the request (a review claimed by someone else,
+    already resolved, or whose claim expired)."""
+
+    status_code = 409
+    error_type = "conflict"

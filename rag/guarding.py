@@ -24,8 +24,9 @@ from guards import (
     features,
 )
 from guards.repetition import LOOP_STOP_REASON
-from guards.review import ReviewStore
+from guards.review import NewItem, ReviewStore
 from rag.embed import Embedder
+from rag.reviews import open_review_store
 from rag.settings import Settings
 from rag.types import GuardVerdict, Passage
 
@@ -58,9 +59,16 @@ class AnswerChecker:
     """The guard chain, the confidence model and the policy configured by the settings."""
 
     def __init__(
-        self, settings: Settings, embedder: Embedder, *, graph: KnowledgeGraph | None = None
+        self,
+        settings: Settings,
+        embedder: Embedder,
+        reviews: ReviewStore | None = None,
+        *,
+        graph: KnowledgeGraph | None = None,
     ):
-        """``graph`` replaces the one the settings name (an application's own, already built)."""
+        """``reviews``: the queue flagged answers go to (the pipeline's); without one the
+        checker opens its own connection to the store the settings name. ``graph`` replaces the
+        one the settings name (an application's own, already built)."""
         guards = [RepetitionGuard(), GroundingGuard(embedder), SelfConsistencyGuard(embedder)]
         graph = graph or self._load_graph(settings)
         if graph is not None:
@@ -74,7 +82,7 @@ class AnswerChecker:
         self.policy = Policy(
             abstain_below=settings.abstain_below, review_below=settings.review_below
         )
-        self.reviews = ReviewStore(settings.data_dir / "reviews.sqlite")
+        self.reviews = reviews if reviews is not None else open_review_store(settings)
 
     @staticmethod
     def _load_graph(settings: Settings) -> KnowledgeGraph | None:
@@ -116,15 +124,30 @@ class AnswerChecker:
         return Checked(results, confidence, decision, feats)
 
     def queue_for_review(
-        self, question: str, answer: str, checked: Checked, passages: list[Passage]
+        self,
+        question: str,
+        answer: str,
+        checked: Checked,
+        passages: list[Passage],
+        *,
+        candidates: list[str] | None = None,
+        index_name: str = "",
+        index_version: str = "",
+        request_id: str = "",
     ) -> str:
-        payload = {
-            "confidence": checked.confidence,
-            "reasons": checked.decision.reasons,
-            "guard_results": [asdict(v) for v in checked.verdicts()],
-            "passages": [asdict(p) for p in passages],
-        }
-        return self.reviews.add(question, answer, payload)
-
-    def close(self) -> None:
-        self.reviews.close()
+        """Queue the answer for a person, with everything they need to judge it; its id."""
+        item = self.reviews.add(
+            NewItem(
+                question=question,
+                answer=answer,
+                candidates=candidates or [],
+                passages=[asdict(p) for p in passages],
+                guard_results=[asdict(v) for v in checked.verdicts()],
+                confidence=checked.confidence,
+                reasons=list(checked.decision.reasons),
+                index_name=index_name,
+                index_version=index_version,
+                request_id=request_id,
+            )
+        )
+        return item.id

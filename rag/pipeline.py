@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from engine import EngineConfig, Generator, SamplingParams, build_generator
 from engine.outputs import CompletionOutput
 from guards import Action, LoopStop, Policy, cluster_answers
+from guards.review import CachedAnswer
 from rag import citations
 from rag.collection import CollectionRegistry
 from rag.embed import Embedder
@@ -18,6 +19,7 @@ from rag.errors import InvalidInputError
 from rag.guarding import AnswerChecker, Checked
 from rag.prompt import NO_ANSWER, build_messages
 from rag.retriever import VectorRetriever
+from rag.reviews import index_version, open_review_store
 from rag.settings import Settings
 from rag.types import Passage, Result, Usage
 
@@ -48,7 +50,10 @@ class Pipeline:
         self.embedder = embedder
         self.generator = generator
         self.collections = CollectionRegistry.from_settings(settings, embedder)
-        self.checker = AnswerChecker(settings, embedder) if settings.guards_enabled else None
+        self.reviews = open_review_store(settings)
+        self.checker = (
+            AnswerChecker(settings, embedder, self.reviews) if settings.guards_enabled else None
+        )
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> Pipeline:
@@ -74,8 +79,7 @@ class Pipeline:
 
     def close(self) -> None:
         self.collections.close()
-        if self.checker is not None:
-            self.checker.close()
+        self.reviews.close()
 
     def ask(self, question: str, **options: object) -> Result:
         """Answer ``question`` from the index, with citations; options: ``AskOptions`` fields."""
@@ -107,8 +111,12 @@ class Pipeline:
         started = time.perf_counter()
         collection = self.collections.get(index_name)
         retrieved = VectorRetriever(collection).retrieve(question, top_k)
-        passages = [p for p in retrieved if p.score >= min_score]
         timings = {"retrieve_s": time.perf_counter() - started}
+        version = index_version(collection)  # read after the search has caught up with writes
+        reviewed = self.reviews.cached_answer(question, index_name, version)
+        if reviewed is not None:
+            return self._reviewed(request_id, question, reviewed, timings, started, index_name)
+        passages = [p for p in retrieved if p.score >= min_score]
         if not passages:
             best = max((p.score for p in retrieved), default=None)
             reason: str | None = (
@@ -148,7 +156,10 @@ class Pipeline:
         result = self._result(
             request_id, question, answer, passages, None, timings, usage, index_name
         )
-        return result if checked is None else self._apply(result, checked)
+        if checked is None:
+            return result
+        candidates = [c.text.strip() for c in output.outputs]
+        return self._apply(result, checked, candidates, version)
 
     def _sampling_params(self, options: AskOptions) -> SamplingParams:
         s = self.settings
@@ -190,7 +201,32 @@ class Pipeline:
         vote = cluster_answers([c.text for c in completions], self.embedder)
         return completions[vote.majority[0]]
 
-    def _apply(self, result: Result, checked: Checked) -> Result:
+    def _reviewed(
+        self,
+        request_id: str,
+        question: str,
+        reviewed: CachedAnswer,
+        timings: dict[str, float],
+        started: float,
+        index_name: str,
+    ) -> Result:
+        """A reviewer's approved (or edited) answer to this question on this index version."""
+        timings["total_s"] = time.perf_counter() - started
+        passages = [Passage(**p) for p in reviewed.passages]
+        result = self._result(
+            request_id, question, reviewed.answer, passages, None, timings, Usage(), index_name
+        )
+        reason = f"approved by reviewer {reviewed.reviewer} (review {reviewed.review_id})"
+        return replace(
+            result,
+            decision=Action.ANSWER.value,
+            decision_reasons=[reason],
+            review_id=reviewed.review_id,
+        )
+
+    def _apply(
+        self, result: Result, checked: Checked, candidates: list[str], version: str
+    ) -> Result:
         """Attach the guards' verdicts and act on the decision."""
         decision = checked.decision
         result = replace(
@@ -209,7 +245,14 @@ class Pipeline:
         if decision.action is Action.REVIEW:
             assert self.checker is not None
             review_id = self.checker.queue_for_review(
-                result.question, result.answer, checked, result.passages
+                result.question,
+                result.answer,
+                checked,
+                result.passages,
+                candidates=candidates,
+                index_name=result.index,
+                index_version=version,
+                request_id=result.request_id,
             )
             return replace(result, review_id=review_id)
         return result

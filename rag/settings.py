@@ -72,6 +72,26 @@ class Settings(BaseSettings):
     review_below: float = Field(0.5, ge=0.0, le=1.0, description="send to review under this")
     data_dir: Path = Field(Path("data"), description="review queue and other durable state")
 
+    # Human review
+    review_db: str | None = Field(
+        None, description="review store: a SQLite path or postgresql:// URL; empty = data_dir"
+    )
+    review_claim_ttl_s: float = Field(
+        900.0, gt=0, description="how long a reviewer's claim on an item lasts"
+    )
+    review_sla_s: float = Field(
+        24 * 3600.0, gt=0, description="time from queueing to an item's deadline"
+    )
+    review_gold_rate: float = Field(
+        0.1, ge=0.0, lt=1.0, description="share of the queue made of gold items (known answers)"
+    )
+    review_gold_file: Path | None = Field(
+        None, description="JSONL of gold items: {question, answer, correct}"
+    )
+    api_keys: Path | None = Field(
+        None, description="file of API keys (name role sha256) in addition to data_dir/keys"
+    )
+
     # Server
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)

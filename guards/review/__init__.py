@@ -1,6 +1,54 @@
-"""Answers the policy sends to people. This is the minimal durable store; the review workflow
-(claims, roles, audit trail, reviewer page) builds on it."""
+"""Answers the policy sends to people: a durable queue with claims, resolutions, ratings, an
+append-only audit log, gold items to score reviewers, and the cache of reviewed answers."""
 
+from guards.review.agreement import krippendorff_alpha
+from guards.review.errors import (
+    AlreadyResolvedError,
+    ClaimConflictError,
+    ClaimExpiredError,
+    InvalidReviewError,
+    ItemNotFoundError,
+    NotClaimedError,
+    ReviewConflictError,
+    ReviewError,
+)
+from guards.review.models import (
+    RATING_SCALES,
+    Action,
+    AuditEntry,
+    CachedAnswer,
+    NewItem,
+    Rating,
+    Ratings,
+    ReviewItem,
+    Status,
+    normalise_question,
+)
+from guards.review.quality import QueueStats, ReviewerStats, queue_stats
 from guards.review.store import ReviewStore
 
-__all__ = ["ReviewStore"]
+__all__ = [
+    "RATING_SCALES",
+    "Action",
+    "AlreadyResolvedError",
+    "AuditEntry",
+    "CachedAnswer",
+    "ClaimConflictError",
+    "ClaimExpiredError",
+    "InvalidReviewError",
+    "ItemNotFoundError",
+    "NewItem",
+    "NotClaimedError",
+    "QueueStats",
+    "Rating",
+    "Ratings",
+    "ReviewConflictError",
+    "ReviewError",
+    "ReviewItem",
+    "ReviewStore",
+    "ReviewerStats",
+    "Status",
+    "krippendorff_alpha",
+    "normalise_question",
+    "queue_stats",
+]

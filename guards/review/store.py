@@ -1,81 +1,452 @@
-"""A durable queue of answers awaiting review: SQLite in WAL mode, one committed row per item."""
+"""``ReviewStore``: the durable review queue and its workflow.
+
+Every state change is one conditional ``UPDATE`` plus its audit row, committed in one transaction:
+two reviewers can never both win a claim, an expired claim is claimable again, and a crash never
+leaves a change without its audit row. SQLite (WAL, ``synchronous=FULL``) by default; a
+``postgresql://`` URL runs the same SQL on PostgreSQL.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
-import sqlite3
-import threading
+import logging
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+from guards.review import answer_cache
+from guards.review.backend import Cursor, Database
+from guards.review.errors import (
+    AlreadyResolvedError,
+    ClaimConflictError,
+    ClaimExpiredError,
+    InvalidReviewError,
+    ItemNotFoundError,
+    NotClaimedError,
+    ReviewConflictError,
+)
+from guards.review.migrations import DEFAULT_SLA_S, migrate
+from guards.review.models import (
+    Action,
+    AuditEntry,
+    CachedAnswer,
+    NewItem,
+    Ratings,
+    ReviewItem,
+    Status,
+    priority_of,
+)
+from guards.review.rows import dumps, filters, item_from_row, loads, rating_from_row
+
+logger = logging.getLogger(__name__)
+
+_COLUMNS = (
+    "id, question, answer, candidates, passages, guard_results, confidence, reasons, priority, "
+    "created_at, deadline, status, assignee, claim_expires_at, resolution, edited_answer, "
+    "resolved_by, resolved_at, index_name, index_version, request_id, gold_id"
+)
+_SNAPSHOT = ("status", "assignee", "claim_expires_at", "resolution", "edited_answer", "resolved_by")
+_CLAIMABLE = (
+    "(status IN ('pending', 'escalated') OR (status = 'claimed' AND claim_expires_at <= ?))"
+)
+SYSTEM = "system"
+"""The actor of changes nobody made by hand (an item entering the queue)."""
 
 
 class ReviewStore:
-    """``add`` commits an item before returning its id; ``get`` and ``pending`` read them back."""
+    """The review queue of one database (a SQLite path or a ``postgresql://`` URL)."""
 
-    def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=FULL")
-        self._conn.executescript(
-            """
-            CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-            CREATE TABLE IF NOT EXISTS review_items (
-                id TEXT PRIMARY KEY,
-                created_at REAL NOT NULL,
-                status TEXT NOT NULL DEFAULT 'pending',
-                question TEXT NOT NULL,
-                answer TEXT NOT NULL,
-                payload TEXT NOT NULL
-            );
-            CREATE INDEX IF NOT EXISTS review_by_status ON review_items(status, created_at);
-            """
-        )
-        self._conn.execute(
-            "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-        )
-        self._lock = threading.Lock()
-
-    def add(self, question: str, answer: str, payload: dict[str, Any]) -> str:
-        item_id = uuid.uuid4().hex
-        with self._lock:
-            self._conn.execute(
-                "INSERT INTO review_items (id, created_at, question, answer, payload) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (item_id, time.time(), question, answer, json.dumps(payload, default=str)),
-            )
-        return item_id
-
-    def get(self, item_id: str) -> dict[str, Any] | None:
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT id, created_at, status, question, answer, payload FROM review_items "
-                "WHERE id = ?",
-                (item_id,),
-            ).fetchone()
-        if row is None:
-            return None
-        return {
-            "id": row[0],
-            "created_at": row[1],
-            "status": row[2],
-            "question": row[3],
-            "answer": row[4],
-            **json.loads(row[5]),
-        }
-
-    def pending(self, limit: int = 100) -> list[str]:
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT id FROM review_items WHERE status = 'pending' ORDER BY created_at LIMIT ?",
-                (limit,),
-            ).fetchall()
-        return [r[0] for r in rows]
+    def __init__(
+        self,
+        url: str | Path,
+        *,
+        claim_ttl_s: float = 900.0,
+        sla_s: float = DEFAULT_SLA_S,
+        gold_rate: float = 0.1,
+        clock: Callable[[], float] = time.time,
+    ):
+        if claim_ttl_s <= 0 or sla_s <= 0 or not 0.0 <= gold_rate < 1.0:
+            raise ValueError("need claim_ttl_s > 0, sla_s > 0 and 0 <= gold_rate < 1")
+        self.db = Database(url)
+        self.claim_ttl_s = claim_ttl_s
+        self.sla_s = sla_s
+        self.gold_rate = gold_rate
+        self.clock = clock
+        self.schema_version = migrate(self.db)
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self.db.close()
+
+    # Items entering the queue
+
+    def add(self, new: NewItem) -> ReviewItem:
+        """Queue an answer; committed (with its audit row) before this returns."""
+        now = self.clock()
+        priority = priority_of(new.confidence, new.guard_results)
+        with self.db.transaction() as cur:
+            item_id = self._insert(cur, new, now, priority, gold_id=None)
+            self._maybe_add_gold(cur, new, now, priority)
+            return self._get(cur, item_id, now)
+
+    def _insert(
+        self, cur: Cursor, new: NewItem, now: float, priority: float, gold_id: str | None
+    ) -> str:
+        item_id = uuid.uuid4().hex
+        cur.execute(
+            "INSERT INTO review_items (id, created_at, status, question, answer, payload, "
+            "candidates, passages, guard_results, reasons, confidence, priority, deadline, "
+            "index_name, index_version, request_id, gold_id) "
+            "VALUES (?, ?, 'pending', ?, ?, '{}', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                item_id,
+                now,
+                new.question,
+                new.answer,
+                json.dumps(new.candidates),
+                json.dumps(new.passages, default=str),
+                json.dumps(new.guard_results, default=str),
+                json.dumps(new.reasons),
+                new.confidence,
+                priority,
+                now + self.sla_s,
+                new.index_name,
+                new.index_version,
+                new.request_id,
+                gold_id,
+            ),
+        )
+        self._audit(cur, item_id, SYSTEM, "created", None, {"status": "pending"}, now)
+        return item_id
+
+    def _maybe_add_gold(self, cur: Cursor, new: NewItem, now: float, priority: float) -> None:
+        """Keep gold items at ``gold_rate`` of the queue, placed next to the item just added and
+        looking like it in the list (its confidence and reasons), so reviewers cannot tell."""
+        if self.gold_rate <= 0:
+            return
+        num_real, num_gold = cur.execute(
+            "SELECT COUNT(*) - COUNT(gold_id), COUNT(gold_id) FROM review_items"
+        ).fetchone() or (0, 0)
+        if (num_gold + 1) / (num_real + num_gold + 1) > self.gold_rate:
+            return
+        gold = cur.execute(
+            "SELECT g.id, g.question, g.answer, g.passages FROM gold_items g "
+            "LEFT JOIN review_items r ON r.gold_id = g.id "
+            "GROUP BY g.id, g.question, g.answer, g.passages, g.created_at "
+            "ORDER BY COUNT(r.id), g.created_at LIMIT 1"
+        ).fetchone()
+        if gold is None:
+            return
+        disguised = NewItem(
+            gold[1],
+            gold[2],
+            passages=json.loads(gold[3]),
+            confidence=new.confidence,
+            reasons=new.reasons,
+        )
+        self._insert(cur, disguised, now, priority, gold_id=gold[0])
+
+    def add_gold(
+        self,
+        question: str,
+        answer: str,
+        *,
+        is_correct: bool,
+        passages: list[dict[str, Any]] | None = None,
+    ) -> str:
+        """A question with a known-right (or known-wrong) answer, used to score reviewers.
+
+        Adding the same question and answer again is a no-op returning the same id."""
+        if not question.strip() or not answer.strip():
+            raise InvalidReviewError("a gold item needs a question and an answer")
+        gold_id = hashlib.sha256(f"{question}\0{answer}".encode()).hexdigest()[:32]
+        with self.db.transaction() as cur:
+            cur.execute(
+                "INSERT INTO gold_items VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                (
+                    gold_id,
+                    question,
+                    answer,
+                    int(is_correct),
+                    json.dumps(passages or []),
+                    self.clock(),
+                ),
+            )
+        return gold_id
+
+    # Reading
+
+    def get(self, item_id: str) -> ReviewItem:
+        with self.db.read() as cur:
+            return self._get(cur, item_id, self.clock())
+
+    def _get(self, cur: Cursor, item_id: str, now: float) -> ReviewItem:
+        row = cur.execute(
+            f"SELECT {_COLUMNS} FROM review_items WHERE id = ?", (item_id,)
+        ).fetchone()
+        if row is None:
+            raise ItemNotFoundError(f"no review item has id {item_id!r}")
+        ratings = cur.execute(
+            "SELECT item_id, reviewer, relevance, fluency, usefulness, comment, created_at "
+            "FROM ratings WHERE item_id = ? ORDER BY created_at",
+            (item_id,),
+        ).fetchall()
+        return item_from_row(row, now, [rating_from_row(r) for r in ratings])
+
+    def list_items(
+        self,
+        *,
+        status: Status | None = None,
+        reason: str | None = None,
+        assignee: str | None = None,
+        min_age_s: float | None = None,
+        max_age_s: float | None = None,
+        is_overdue: bool | None = None,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> tuple[list[ReviewItem], int]:
+        """A page of items matching every filter given, and how many match in all.
+
+        Open items come most urgent first; resolved ones most recent first. An expired claim
+        counts as pending: it is back in the queue."""
+        now = self.clock()
+        where, params = filters(now, status, reason, assignee, min_age_s, max_age_s, is_overdue)
+        order = "resolved_at DESC" if status and not status.is_open else "priority, created_at, id"
+        with self.db.read() as cur:
+            total = (
+                cur.execute(f"SELECT COUNT(*) FROM review_items {where}", params).fetchone() or (0,)
+            )[0]
+            rows = cur.execute(
+                f"SELECT {_COLUMNS} FROM review_items {where} ORDER BY {order} LIMIT ? OFFSET ?",
+                (*params, limit, offset),
+            ).fetchall()
+            items = [item_from_row(r, now, []) for r in rows]
+        return items, int(total)
+
+    def audit(self, item_id: str | None = None, *, limit: int = 1000) -> list[AuditEntry]:
+        """The audit log, oldest first (of one item, or of all)."""
+        sql = "SELECT id, item_id, actor, action, at, before_state, after_state FROM audit_log"
+        params: tuple[Any, ...] = ()
+        if item_id is not None:
+            sql, params = sql + " WHERE item_id = ?", (item_id,)
+        with self.db.read() as cur:
+            rows = cur.execute(sql + " ORDER BY id LIMIT ?", (*params, limit)).fetchall()
+        return [
+            AuditEntry(int(r[0]), r[1], r[2], r[3], float(r[4]), loads(r[5]), loads(r[6]))
+            for r in rows
+        ]
+
+    # The workflow
+
+    def claim(self, item_id: str, actor: str, *, ttl_s: float | None = None) -> ReviewItem:
+        """Reserve an item for ``actor`` until the claim expires (claiming again renews it)."""
+        now = self.clock()
+        expires = now + (ttl_s or self.claim_ttl_s)
+        with self.db.transaction() as cur:
+            before = self._snapshot(cur, item_id)
+            updated = cur.execute(
+                "UPDATE review_items SET status = 'claimed', assignee = ?, claim_expires_at = ? "
+                f"WHERE id = ? AND ({_CLAIMABLE[1:-1]} OR (status = 'claimed' AND assignee = ?))",
+                (actor, expires, item_id, now, actor),
+            ).rowcount
+            if not updated:
+                raise self._why_not(
+                    self._snapshot(cur, item_id), item_id, actor, now, claiming=True
+                )
+            return self._changed(cur, item_id, actor, "claim", before, now)
+
+    def claim_next(self, actor: str, *, ttl_s: float | None = None) -> ReviewItem | None:
+        """Claim the most urgent claimable item; None when the queue is empty."""
+        for _ in range(8):  # another reviewer may take the one we picked: pick again
+            now = self.clock()
+            with self.db.read() as cur:
+                row = cur.execute(
+                    f"SELECT id FROM review_items WHERE {_CLAIMABLE} "
+                    "ORDER BY priority, created_at, id LIMIT 1",
+                    (now,),
+                ).fetchone()
+            if row is None:
+                return None
+            try:
+                return self.claim(row[0], actor, ttl_s=ttl_s)
+            except ReviewConflictError:  # claimed (or even resolved) by someone else meanwhile
+                continue
+        return None
+
+    def release(self, item_id: str, actor: str) -> ReviewItem:
+        """Give a claimed item back to the queue."""
+        now = self.clock()
+        with self.db.transaction() as cur:
+            before = self._snapshot(cur, item_id)
+            updated = cur.execute(
+                "UPDATE review_items SET status = 'pending', assignee = NULL, "
+                "claim_expires_at = NULL WHERE id = ? AND status = 'claimed' AND assignee = ?",
+                (item_id, actor),
+            ).rowcount
+            if not updated:
+                raise self._why_not(
+                    self._snapshot(cur, item_id), item_id, actor, now, releasing=True
+                )
+            return self._changed(cur, item_id, actor, "release", before, now)
+
+    def resolve(
+        self,
+        item_id: str,
+        actor: str,
+        action: Action,
+        *,
+        edited_answer: str | None = None,
+        ratings: Ratings | None = None,
+    ) -> ReviewItem:
+        """Approve, edit, reject or escalate an item ``actor`` holds a live claim on.
+
+        An approved or edited answer goes to the answer cache in the same transaction, so the
+        same question on the same index version gets it from then on."""
+        action = Action(action)
+        if action is Action.EDIT and not (edited_answer and edited_answer.strip()):
+            raise InvalidReviewError("an edit needs the corrected answer (edited_answer)")
+        if action is not Action.EDIT and edited_answer is not None:
+            raise InvalidReviewError(f"only 'edit' takes an edited_answer, not {action.value!r}")
+        now = self.clock()
+        escalating = action is Action.ESCALATE
+        with self.db.transaction() as cur:
+            before = self._snapshot(cur, item_id)
+            updated = cur.execute(
+                "UPDATE review_items SET status = ?, resolution = ?, edited_answer = ?, "
+                "resolved_by = ?, resolved_at = ?, assignee = ?, claim_expires_at = NULL "
+                "WHERE id = ? AND status = 'claimed' AND assignee = ? AND claim_expires_at > ?",
+                (
+                    action.status.value,
+                    action.value,
+                    edited_answer.strip() if edited_answer else None,
+                    actor,
+                    None if escalating else now,
+                    None if escalating else actor,
+                    item_id,
+                    actor,
+                    now,
+                ),
+            ).rowcount
+            if not updated:
+                raise self._why_not(self._snapshot(cur, item_id), item_id, actor, now)
+            if ratings is not None and not ratings.is_empty:
+                self._put_ratings(cur, item_id, actor, ratings, now)
+            item = self._changed(cur, item_id, actor, action.value, before, now, ratings)
+            if action in (Action.APPROVE, Action.EDIT) and item.gold_id is None and item.index_name:
+                answer_cache.put(cur, item, actor, now)
+            return item
+
+    def rate(self, item_id: str, actor: str, ratings: Ratings) -> ReviewItem:
+        """A further reviewer's ratings of a resolved item (for inter-rater agreement)."""
+        if ratings.is_empty:
+            raise InvalidReviewError("give at least one rating or a comment")
+        now = self.clock()
+        with self.db.transaction() as cur:
+            item = self._get(cur, item_id, now)
+            if item.status.is_open:
+                raise ReviewConflictError(
+                    f"item {item_id} is {item.status.value}: rate it while resolving it"
+                )
+            self._put_ratings(cur, item_id, actor, ratings, now)
+            return self._changed(
+                cur, item_id, actor, "rate", self._snapshot(cur, item_id), now, ratings
+            )
+
+    # The answer cache
+
+    def cached_answer(
+        self, question: str, index_name: str, index_version: str
+    ) -> CachedAnswer | None:
+        """The reviewed answer to this question on this version of the index, if any."""
+        with self.db.read() as cur:
+            return answer_cache.lookup(cur, question, index_name, index_version)
+
+    def invalidate(self, index_name: str, *, keep_version: str | None = None) -> int:
+        """Forget reviewed answers of an index (except those of ``keep_version``)."""
+        with self.db.transaction() as cur:
+            return answer_cache.invalidate(cur, index_name, keep_version)
+
+    # Helpers
+
+    def _put_ratings(self, cur: Cursor, item_id: str, actor: str, r: Ratings, now: float) -> None:
+        cur.execute(
+            "INSERT INTO ratings VALUES (?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (item_id, reviewer) DO UPDATE SET relevance = excluded.relevance, "
+            "fluency = excluded.fluency, usefulness = excluded.usefulness, "
+            "comment = excluded.comment, created_at = excluded.created_at",
+            (item_id, actor, r.relevance, r.fluency, r.usefulness, r.comment, now),
+        )
+
+    def _snapshot(self, cur: Cursor, item_id: str) -> dict[str, Any] | None:
+        row = cur.execute(
+            f"SELECT {', '.join(_SNAPSHOT)} FROM review_items WHERE id = ?", (item_id,)
+        ).fetchone()
+        return None if row is None else dict(zip(_SNAPSHOT, row, strict=True))
+
+    def _changed(
+        self,
+        cur: Cursor,
+        item_id: str,
+        actor: str,
+        action: str,
+        before: dict[str, Any] | None,
+        now: float,
+        ratings: Ratings | None = None,
+    ) -> ReviewItem:
+        after = self._snapshot(cur, item_id)
+        if after is not None and ratings is not None and not ratings.is_empty:
+            after = {**after, "ratings": {n: getattr(ratings, n) for n in Ratings.__slots__}}
+        self._audit(cur, item_id, actor, action, before, after, now)
+        return self._get(cur, item_id, now)
+
+    @staticmethod
+    def _audit(
+        cur: Cursor,
+        item_id: str,
+        actor: str,
+        action: str,
+        before: dict[str, Any] | None,
+        after: dict[str, Any] | None,
+        now: float,
+    ) -> None:
+        cur.execute(
+            "INSERT INTO audit_log (item_id, actor, action, at, before_state, after_state) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (item_id, actor, action, now, dumps(before), dumps(after)),
+        )
+
+    @staticmethod
+    def _why_not(
+        row: dict[str, Any] | None,
+        item_id: str,
+        actor: str,
+        now: float,
+        *,
+        claiming: bool = False,
+        releasing: bool = False,
+    ) -> Exception:
+        """The error that explains why a conditional update matched no row. ``row`` is read
+        after the update: on PostgreSQL another transaction may have committed in between."""
+        if row is None:
+            return ItemNotFoundError(f"no review item has id {item_id!r}")
+        status, assignee, expires = Status(row["status"]), row["assignee"], row["claim_expires_at"]
+        if not status.is_open:
+            return AlreadyResolvedError(
+                f"item {item_id} was already {status.value} by {row['resolved_by']}"
+            )
+        live = status is Status.CLAIMED and expires is not None and now < expires
+        if live and assignee != actor:
+            return ClaimConflictError(
+                f"item {item_id} is claimed by {assignee} for another {expires - now:.0f} s"
+            )
+        if claiming:  # unreachable: the update matches every other case
+            return ReviewConflictError(f"item {item_id} cannot be claimed")
+        if status is Status.CLAIMED and assignee == actor and not releasing:
+            return ClaimExpiredError(
+                f"your claim on item {item_id} expired {now - expires:.0f} s ago; claim it again"
+            )
+        return NotClaimedError(
+            f"you ({actor}) do not hold a claim on item {item_id}; claim it first"
+        )

@@ -9,16 +9,20 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request, Response
+from fastapi import Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.errors import EngineError
-from rag.errors import RagGuardError
+from guards.review import ReviewError
+from rag.errors import AuthenticationError, RagGuardError
 from rag.pipeline import Pipeline
-from rag.server.routers import ask, documents, health, metrics
+from rag.reviews import open_review_store
+from rag.server import page
+from rag.server.auth import KeyStore, Role, require
+from rag.server.routers import ask, documents, health, keys, metrics, reviews
 from rag.server.state import ServerState, ensure_demo_index
 from rag.settings import Settings
 
@@ -49,6 +53,13 @@ def _error(status: int, error: str, detail: object) -> JSONResponse:
 def _add_exception_handlers(app: FastAPI) -> None:
     @app.exception_handler(RagGuardError)
     async def ragguard_error(request: Request, exc: RagGuardError) -> JSONResponse:
+        response = _error(exc.status_code, exc.error_type, str(exc))
+        if isinstance(exc, AuthenticationError):
+            response.headers["www-authenticate"] = "Bearer"
+        return response
+
+    @app.exception_handler(ReviewError)
+    async def review_error(request: Request, exc: ReviewError) -> JSONResponse:
         return _error(exc.status_code, exc.error_type, str(exc))
 
     @app.exception_handler(EngineError)
@@ -83,6 +94,12 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        s = state.settings
+        state.keys = KeyStore(s.data_dir / "keys.sqlite", s.api_keys)
+        logger.info("authentication: %s", "API keys required" if state.keys.is_enabled else "off")
+        # Reviewers can work while the model loads: the queue does not need it.
+        own_reviews = None if pipeline else await run_in_threadpool(open_review_store, s)
+        state.reviews = pipeline.reviews if pipeline else own_reviews
         # Load in the background so that /healthz and /readyz answer while the model loads.
         task = None if state.pipeline else asyncio.create_task(_load_in_background(state))
         try:
@@ -92,6 +109,9 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
                 task.cancel()
             if state.pipeline is not None and pipeline is None:
                 state.pipeline.close()
+            if own_reviews is not None:
+                own_reviews.close()
+            state.keys.close()
 
     app = FastAPI(
         title="ragguard",
@@ -115,6 +135,9 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
 
     app.include_router(health.router)
     app.include_router(metrics.router)
-    app.include_router(ask.router)
-    app.include_router(documents.router)
+    app.include_router(ask.router, dependencies=[Depends(require(Role.APP))])
+    app.include_router(documents.router, dependencies=[Depends(require(Role.ADMIN))])
+    app.include_router(reviews.router)
+    app.include_router(keys.router, dependencies=[Depends(require(Role.ADMIN))])
+    app.include_router(page.router)
     return app

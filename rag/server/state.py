@@ -9,8 +9,10 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from guards.review import ReviewStore
 from rag.errors import NotReadyError
 from rag.pipeline import Pipeline
+from rag.server.auth import KeyStore
 from rag.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -43,6 +45,10 @@ class ServerState:
     settings: Settings
     pipeline: Pipeline | None = None
     load_error: str | None = None
+    keys: KeyStore | None = None
+    """Opened by the lifespan."""
+    reviews: ReviewStore | None = None
+    """The pipeline's review store, or (while the model loads) the server's own connection."""
 
 
 def get_state(request: Request) -> ServerState:
@@ -63,6 +69,22 @@ def get_settings(request: Request) -> Settings:
     return get_state(request).settings
 
 
+def get_reviews(request: Request) -> ReviewStore:
+    state = get_state(request)
+    if state.reviews is None:
+        raise NotReadyError("the review store is not open yet; retry shortly")
+    return state.reviews
+
+
+def get_keys(request: Request) -> KeyStore:
+    state = get_state(request)
+    if state.keys is None:
+        raise NotReadyError("the server is starting; retry shortly")
+    return state.keys
+
+
 PipelineDep = Annotated[Pipeline, Depends(get_pipeline)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StateDep = Annotated[ServerState, Depends(get_state)]
+ReviewsDep = Annotated[ReviewStore, Depends(get_reviews)]
+KeysDep = Annotated[KeyStore, Depends(get_keys)]

@@ -151,15 +151,17 @@ def test_every_answer_is_checked_and_decided(demo_pipeline) -> None:  # type: ig
 
 
 def test_low_confidence_goes_to_review_durably_or_abstains(demo_pipeline) -> None:  # type: ignore[no-untyped-def]
-    from guards.review import ReviewStore
+    from guards.review import ReviewStore, Status
 
     question = "What does a KV cache avoid recomputing?"
     reviewed = demo_pipeline.ask(question, abstain_below=0.0, review_below=0.9999)
     assert reviewed.decision == "review" and reviewed.review_id and not reviewed.abstained
     store = ReviewStore(demo_pipeline.settings.data_dir / "reviews.sqlite")  # a second connection
     item = store.get(reviewed.review_id)
-    assert item is not None and item["answer"] == reviewed.answer and item["status"] == "pending"
-    assert item["guard_results"] and reviewed.review_id in store.pending()
+    assert item.answer == reviewed.answer and item.status is Status.PENDING
+    assert item.guard_results and item.passages and item.candidates == [reviewed.answer]
+    assert item.index_name == "demo" and item.request_id == reviewed.request_id
+    assert [i.id for i in store.list_items(status=Status.PENDING)[0]] == [reviewed.review_id]
     store.close()
 
     refused = demo_pipeline.ask(question, abstain_below=0.9999, review_below=0.9999)

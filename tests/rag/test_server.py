@@ -242,7 +242,12 @@ def test_a_request_without_content_length_is_refused(client: TestClient) -> None
 def test_model_routes_answer_503_while_loading(tmp_path: Path) -> None:
     from rag.settings import Settings
 
-    settings = Settings(index_dir=tmp_path, model=str(tmp_path / "missing.gguf"), _env_file=None)
+    settings = Settings(
+        index_dir=tmp_path,
+        data_dir=tmp_path / "data",
+        model=str(tmp_path / "missing.gguf"),
+        _env_file=None,
+    )
     with TestClient(create_app(settings)) as http:
         for _ in range(100):
             ready = http.get("/readyz")

@@ -1,0 +1,51 @@
+"""The answer cache: a reviewer's approved or edited answer, keyed by the normalised question,
+the index name and the index version. ``put`` runs inside the resolution's transaction, so a
+resolved item and its cached answer are committed together."""
+
+from __future__ import annotations
+
+import json
+
+from guards.review.backend import Cursor
+from guards.review.models import CachedAnswer, ReviewItem, normalise_question
+
+
+def put(cur: Cursor, item: ReviewItem, reviewer: str, now: float) -> None:
+    """Remember ``item``'s final answer for its question and index (replacing an older one)."""
+    cur.execute(
+        "INSERT INTO answer_cache VALUES (?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (question_key, index_name) DO UPDATE SET "
+        "index_version = excluded.index_version, answer = excluded.answer, "
+        "review_id = excluded.review_id, reviewer = excluded.reviewer, "
+        "created_at = excluded.created_at",
+        (
+            normalise_question(item.question),
+            item.index_name,
+            item.index_version,
+            item.final_answer,
+            item.id,
+            reviewer,
+            now,
+        ),
+    )
+
+
+def lookup(cur: Cursor, question: str, index_name: str, index_version: str) -> CachedAnswer | None:
+    """The reviewed answer for this question on exactly this index version."""
+    row = cur.execute(
+        "SELECT c.answer, c.review_id, c.reviewer, r.passages, c.created_at "
+        "FROM answer_cache c JOIN review_items r ON r.id = c.review_id "
+        "WHERE c.question_key = ? AND c.index_name = ? AND c.index_version = ?",
+        (normalise_question(question), index_name, index_version),
+    ).fetchone()
+    if row is None:
+        return None
+    return CachedAnswer(row[0], row[1], row[2], json.loads(row[3]), float(row[4]))
+
+
+def invalidate(cur: Cursor, index_name: str, keep_version: str | None = None) -> int:
+    """Delete an index's cached answers except those of ``keep_version``; how many went."""
+    return cur.execute(
+        "DELETE FROM answer_cache WHERE index_name = ? AND index_version <> ?",
+        (index_name, keep_version or ""),
+    ).rowcount

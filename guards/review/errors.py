@@ -1,0 +1,56 @@
+"""Review errors. Each carries the HTTP status a server maps it to (``guards`` never imports
+``rag``, so these stand alone; ``rag.server`` maps them with its one exception handler)."""
+
+from __future__ import annotations
+
+
+class ReviewError(Exception):
+    """Base class: a review action that cannot be done, with a message that says why."""
+
+    status_code = 500
+    error_type = "review_error"
+
+
+class ItemNotFoundError(ReviewError, LookupError):
+    """No review item has that id."""
+
+    status_code = 404
+    error_type = "review_not_found"
+
+
+class InvalidReviewError(ReviewError, ValueError):
+    """A value of the review is out of range or missing (a rating, an edit without text)."""
+
+    status_code = 422
+    error_type = "invalid_review"
+
+
+class ReviewConflictError(ReviewError):
+    """The item is not in a state that allows the action."""
+
+    status_code = 409
+    error_type = "review_conflict"
+
+
+class ClaimConflictError(ReviewConflictError):
+    """Another reviewer holds a live claim on the item."""
+
+    error_type = "claimed_by_another"
+
+
+class NotClaimedError(ReviewConflictError):
+    """The actor does not hold a claim on the item."""
+
+    error_type = "not_claimed"
+
+
+class ClaimExpiredError(ReviewConflictError):
+    """The actor's claim has expired; claim the item again."""
+
+    error_type = "claim_expired"
+
+
+class AlreadyResolvedError(ReviewConflictError):
+    """The item has been resolved already."""
+
+    error_type = "already_resolved"

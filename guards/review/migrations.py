@@ -1,0 +1,197 @@
+"""The review store's schema, as an ordered list of migrations.
+
+``schema_version`` records every migration applied. A database made by the first store (schema 1,
+which kept its version in a ``meta`` table) is recognised and brought forward with its rows kept.
+Each migration runs in one transaction, so an interrupted upgrade leaves the previous version.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from guards.review.backend import Cursor, Database
+from guards.review.models import priority_of
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SLA_S = 24 * 3600.0
+"""Deadline given to rows that predate deadlines."""
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    description: str
+    apply: Callable[[Database, Cursor], None]
+
+
+def _v1_queue(db: Database, cur: Cursor) -> None:
+    cur.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    cur.execute(
+        """CREATE TABLE IF NOT EXISTS review_items (
+            id TEXT PRIMARY KEY,
+            created_at DOUBLE PRECISION NOT NULL,
+            status TEXT NOT NULL DEFAULT 'pending',
+            question TEXT NOT NULL,
+            answer TEXT NOT NULL,
+            payload TEXT NOT NULL
+        )"""
+    )
+    cur.execute("CREATE INDEX IF NOT EXISTS review_by_status ON review_items(status, created_at)")
+
+
+_V2_COLUMNS = [
+    ("candidates", "TEXT NOT NULL DEFAULT '[]'"),
+    ("passages", "TEXT NOT NULL DEFAULT '[]'"),
+    ("guard_results", "TEXT NOT NULL DEFAULT '[]'"),
+    ("reasons", "TEXT NOT NULL DEFAULT '[]'"),
+    ("confidence", "DOUBLE PRECISION"),
+    ("priority", "DOUBLE PRECISION NOT NULL DEFAULT 1"),
+    ("deadline", "DOUBLE PRECISION NOT NULL DEFAULT 0"),
+    ("assignee", "TEXT"),
+    ("claim_expires_at", "DOUBLE PRECISION"),
+    ("resolution", "TEXT"),
+    ("edited_answer", "TEXT"),
+    ("resolved_by", "TEXT"),
+    ("resolved_at", "DOUBLE PRECISION"),
+    ("index_name", "TEXT NOT NULL DEFAULT ''"),
+    ("index_version", "TEXT NOT NULL DEFAULT ''"),
+    ("request_id", "TEXT NOT NULL DEFAULT ''"),
+    ("gold_id", "TEXT"),
+]
+
+
+def _v2_workflow(db: Database, cur: Cursor) -> None:
+    serial = (
+        "INTEGER PRIMARY KEY AUTOINCREMENT" if db.dialect == "sqlite" else "BIGSERIAL PRIMARY KEY"
+    )
+    for name, decl in _V2_COLUMNS:
+        cur.execute(f"ALTER TABLE review_items ADD COLUMN {name} {decl}")
+    cur.execute(
+        f"""CREATE TABLE audit_log (
+            id {serial},
+            item_id TEXT NOT NULL,
+            actor TEXT NOT NULL,
+            action TEXT NOT NULL,
+            at DOUBLE PRECISION NOT NULL,
+            before_state TEXT,
+            after_state TEXT
+        )"""
+    )
+    cur.execute(
+        """CREATE TABLE ratings (
+            item_id TEXT NOT NULL REFERENCES review_items(id),
+            reviewer TEXT NOT NULL,
+            relevance INTEGER,
+            fluency INTEGER,
+            usefulness INTEGER,
+            comment TEXT NOT NULL DEFAULT '',
+            created_at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (item_id, reviewer)
+        )"""
+    )
+    cur.execute(
+        """CREATE TABLE gold_items (
+            id TEXT PRIMARY KEY,
+            question TEXT NOT NULL,
+            answer TEXT NOT NULL,
+            is_correct INTEGER NOT NULL,
+            passages TEXT NOT NULL DEFAULT '[]',
+            created_at DOUBLE PRECISION NOT NULL
+        )"""
+    )
+    cur.execute(
+        """CREATE TABLE answer_cache (
+            question_key TEXT NOT NULL,
+            index_name TEXT NOT NULL,
+            index_version TEXT NOT NULL,
+            answer TEXT NOT NULL,
+            review_id TEXT NOT NULL,
+            reviewer TEXT NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (question_key, index_name)
+        )"""
+    )
+    cur.execute("CREATE INDEX review_queue ON review_items(status, priority, created_at)")
+    cur.execute("CREATE INDEX review_by_assignee ON review_items(assignee)")
+    cur.execute("CREATE INDEX audit_by_item ON audit_log(item_id, id)")
+    if db.dialect == "sqlite":  # the log is append-only, whoever holds the file
+        for verb in ("UPDATE", "DELETE"):
+            cur.execute(
+                f"CREATE TRIGGER audit_log_no_{verb.lower()} BEFORE {verb} ON audit_log "
+                "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END"
+            )
+    _fill_v2_columns(cur)
+
+
+def _fill_v2_columns(cur: Cursor) -> None:
+    """Move schema-1 payloads into their own columns; give old rows a deadline and a priority."""
+    rows = cur.execute("SELECT id, created_at, payload FROM review_items").fetchall()
+    for item_id, created_at, payload in rows:
+        data = json.loads(payload or "{}")
+        confidence = data.get("confidence")
+        guard_results = data.get("guard_results", [])
+        cur.execute(
+            "UPDATE review_items SET passages = ?, guard_results = ?, reasons = ?, confidence = ?, "
+            "priority = ?, deadline = ? WHERE id = ?",
+            (
+                json.dumps(data.get("passages", [])),
+                json.dumps(guard_results),
+                json.dumps(data.get("reasons", [])),
+                confidence,
+                priority_of(confidence, guard_results),
+                created_at + DEFAULT_SLA_S,
+                item_id,
+            ),
+        )
+    if rows:
+        logger.info("review store: %d schema-1 items migrated", len(rows))
+
+
+MIGRATIONS: list[Migration] = [
+    Migration(1, "review queue", _v1_queue),
+    Migration(
+        2,
+        "workflow: claims, resolutions, ratings, audit log, gold items, answer cache",
+        _v2_workflow,
+    ),
+]
+SCHEMA_VERSION = MIGRATIONS[-1].version
+
+
+def current_version(db: Database, cur: Cursor) -> int:
+    if db.table_exists(cur, "schema_version"):
+        row = cur.execute("SELECT MAX(version) FROM schema_version").fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+    if db.table_exists(cur, "meta"):  # the first store kept its version here
+        row = cur.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        return int(row[0]) if row else 0
+    return 0
+
+
+def migrate(db: Database) -> int:
+    """Apply every migration the database lacks; returns the version it ends at."""
+    for migration in MIGRATIONS:
+        with db.transaction() as cur:
+            if current_version(db, cur) >= migration.version:
+                continue  # checked inside the write transaction: two processes never both apply
+            logger.info(
+                "review store: migrating to schema %d (%s)",
+                migration.version,
+                migration.description,
+            )
+            if not db.table_exists(cur, "schema_version"):
+                cur.execute(
+                    "CREATE TABLE schema_version (version INTEGER PRIMARY KEY, "
+                    "description TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
+                )
+            migration.apply(db, cur)
+            cur.execute(
+                "INSERT INTO schema_version VALUES (?, ?, ?) ON CONFLICT (version) DO NOTHING",
+                (migration.version, migration.description, time.time()),
+            )
+    return SCHEMA_VERSION

@@ -1,0 +1,90 @@
+"""Rows of the review tables to and from ``ReviewItem``; the filters of ``list_items`` as SQL."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from guards.review.models import Action, Rating, Ratings, ReviewItem, Status
+
+
+def filters(
+    now: float,
+    status: Status | None,
+    reason: str | None,
+    assignee: str | None,
+    min_age_s: float | None,
+    max_age_s: float | None,
+    is_overdue: bool | None,
+) -> tuple[str, tuple[Any, ...]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    if status is Status.PENDING:
+        clauses.append("(status = 'pending' OR (status = 'claimed' AND claim_expires_at <= ?))")
+        params.append(now)
+    elif status is Status.CLAIMED:
+        clauses.append("status = 'claimed' AND claim_expires_at > ?")
+        params.append(now)
+    elif status is not None:
+        clauses.append("status = ?")
+        params.append(status.value)
+    if reason:
+        clauses.append("LOWER(reasons) LIKE ?")
+        params.append(f"%{reason.lower()}%")
+    if assignee:
+        clauses.append("assignee = ? AND status = 'claimed' AND claim_expires_at > ?")
+        params += [assignee, now]
+    if min_age_s is not None:
+        clauses.append("created_at <= ?")
+        params.append(now - min_age_s)
+    if max_age_s is not None:
+        clauses.append("created_at >= ?")
+        params.append(now - max_age_s)
+    if is_overdue is not None:
+        open_ = "(status IN ('pending', 'claimed', 'escalated') AND deadline < ?)"
+        clauses.append(open_ if is_overdue else f"NOT {open_}")
+        params.append(now)
+    return ("WHERE " + " AND ".join(clauses) if clauses else ""), tuple(params)
+
+
+def item_from_row(row: tuple[Any, ...], now: float, ratings: list[Rating]) -> ReviewItem:
+    status, assignee, expires = Status(row[11]), row[12], row[13]
+    if status is Status.CLAIMED and (expires is None or expires <= now):
+        status, assignee = Status.PENDING, None  # an expired claim is back in the queue
+    return ReviewItem(
+        id=row[0],
+        question=row[1],
+        answer=row[2],
+        candidates=json.loads(row[3]),
+        passages=json.loads(row[4]),
+        guard_results=json.loads(row[5]),
+        confidence=row[6],
+        reasons=json.loads(row[7]),
+        priority=float(row[8]),
+        created_at=float(row[9]),
+        deadline=float(row[10]),
+        status=status,
+        assignee=assignee,
+        claim_expires_at=expires if status is Status.CLAIMED else None,
+        resolution=Action(row[14]) if row[14] else None,
+        edited_answer=row[15],
+        resolved_by=row[16],
+        resolved_at=row[17],
+        index_name=row[18],
+        index_version=row[19],
+        request_id=row[20],
+        gold_id=row[21],
+        ratings=ratings,
+    )
+
+
+def rating_from_row(row: tuple[Any, ...]) -> Rating:
+    return Rating(row[0], row[1], Ratings(row[2], row[3], row[4], row[5]), float(row[6]))
+
+
+def dumps(value: dict[str, Any] | None) -> str | None:
+    return None if value is None else json.dumps(value, default=str)
+
+
+def loads(text: str | None) -> dict[str, Any] | None:
+    return None if text is None else dict(json.loads(text))

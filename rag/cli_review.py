@@ -1,0 +1,243 @@
+"""``ragguard review ...`` and ``ragguard keys ...``: the review queue from the command line.
+
+With ``--server URL`` the commands go through the HTTP API (as the key's owner, or as
+``--reviewer`` when the server runs without keys); without it they open the review store of the
+data directory (or ``RAGGUARD_REVIEW_DB``) directly, as ``--reviewer`` (default: ``$USER``).
+Imports are lazy so that ``ragguard --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+_ACTIONS = {"approve": "approve", "edit": "edit", "reject": "reject", "escalate": "escalate"}
+
+
+class _Local:
+    """The review store of this machine's data directory."""
+
+    def __init__(self, args: argparse.Namespace):
+        from rag.reviews import open_review_store
+        from rag.settings import Settings
+
+        overrides = {"data_dir": args.data_dir} if args.data_dir else {}
+        self.store = open_review_store(Settings(**overrides))
+        self.actor = args.reviewer or os.environ.get("USER") or getpass.getuser()
+
+    def _out(self, item: Any, audit: bool = True) -> dict[str, Any]:
+        from rag.server.review_schemas import ReviewOut
+
+        log = self.store.audit(item.id) if audit else None
+        out = ReviewOut.from_item(item, self.store.clock(), show_gold=True, audit=log)
+        return out.model_dump()
+
+    def list(self, **filters: Any) -> dict[str, Any]:
+        from guards.review import Status
+
+        raw_status = filters.pop("status", None)
+        status = Status(raw_status) if raw_status else None
+        overdue = filters.pop("overdue", None)
+        items, total = self.store.list_items(status=status, is_overdue=overdue, **filters)
+        return {"total": total, "items": [self._out(i, audit=False) for i in items]}
+
+    def show(self, item_id: str) -> dict[str, Any]:
+        return self._out(self.store.get(item_id))
+
+    def claim(self, item_id: str | None) -> dict[str, Any] | None:
+        if item_id is None:
+            item = self.store.claim_next(self.actor)
+            return None if item is None else self._out(item)
+        return self._out(self.store.claim(item_id, self.actor))
+
+    def release(self, item_id: str) -> dict[str, Any]:
+        return self._out(self.store.release(item_id, self.actor))
+
+    def resolve(self, item_id: str, action: str, edited: str | None, ratings: dict[str, Any],
+                comment: str) -> dict[str, Any]:  # fmt: skip
+        from guards.review import Action, Ratings
+
+        item = self.store.resolve(
+            item_id, self.actor, Action(action), edited_answer=edited,
+            ratings=Ratings(comment=comment, **ratings),
+        )  # fmt: skip
+        return self._out(item)
+
+    def export(self, fmt: str, status: str | None) -> str:
+        from guards.review import Status
+        from rag.server.routers.reviews import export_rows, to_csv
+
+        rows = export_rows(self.store, Status(status) if status else None, show_gold=True)
+        if fmt == "csv":
+            return "".join(to_csv(rows))
+        return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+
+
+class _Remote:
+    """A running server, through the SDK client."""
+
+    def __init__(self, args: argparse.Namespace):
+        from rag.client import Client
+
+        key = args.api_key or os.environ.get("RAGGUARD_API_KEY")
+        self.client = Client(args.server, api_key=key, reviewer=args.reviewer)
+
+    def list(self, **filters: Any) -> dict[str, Any]:
+        return self.client.list_reviews(**filters)
+
+    def show(self, item_id: str) -> dict[str, Any]:
+        return self.client.get_review(item_id)
+
+    def claim(self, item_id: str | None) -> dict[str, Any] | None:
+        return self.client.claim_review(item_id)
+
+    def release(self, item_id: str) -> dict[str, Any]:
+        return self.client.release_review(item_id)
+
+    def resolve(self, item_id: str, action: str, edited: str | None, ratings: dict[str, Any],
+                comment: str) -> dict[str, Any]:  # fmt: skip
+        return self.client.resolve_review(
+            item_id, action, edited_answer=edited, ratings=ratings, comment=comment
+        )
+
+    def export(self, fmt: str, status: str | None) -> str:
+        return self.client.export_reviews(format=fmt, status=status)
+
+
+def _print_item(item: dict[str, Any]) -> None:
+    now = time.time()
+    print(f"{item['id']}  [{item['status']}]" + (f" claimed by {item['assignee']}"
+          if item.get("assignee") else ""))  # fmt: skip
+    print(f"question: {item['question']}")
+    print(f"answer:   {item['answer']}")
+    if item.get("edited_answer"):
+        print(f"edited:   {item['edited_answer']}")
+    confidence = item.get("confidence")
+    print(f"confidence: {'-' if confidence is None else f'{confidence:.2f}'}; "
+          f"queued {(now - item['created_at']) / 60:.0f} min ago"
+          + ("; OVERDUE" if item.get("is_overdue") else ""))  # fmt: skip
+    for reason in item.get("reasons", []):
+        print(f"  - {reason}")
+    for g in item.get("guard_results", []):
+        print(f"  guard {g.get('name')}: {g.get('outcome')} ({g.get('reason')})")
+    for n, p in enumerate(item.get("passages", []), 1):
+        print(f"  [{n}] {p['doc_id']}: {' '.join(p['text'].split())[:160]}")
+        for sentence in p.get("cited_sentences", []):
+            print(f"      cited: {sentence}")
+    for a in item.get("audit") or []:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a["at"]))
+        print(f"  audit {when} {a['actor']}: {a['action']}")
+
+
+def cmd_review(args: argparse.Namespace) -> int:
+    queue: _Local | _Remote = _Remote(args) if args.server else _Local(args)
+    if args.action == "list":
+        page = queue.list(status=args.status or None, reason=args.reason, assignee=args.assignee,
+                          overdue=True if args.overdue else None, limit=args.limit)  # fmt: skip
+        if args.json:
+            print(json.dumps(page, indent=2))
+            return 0
+        for item in page["items"]:
+            conf = "-" if item["confidence"] is None else f"{item['confidence']:.2f}"
+            late = " OVERDUE" if item["is_overdue"] else ""
+            print(
+                f"{item['id']}  {item['status']:<9} conf {conf:<4}{late}  {item['question'][:70]}"
+            )
+        print(f"({len(page['items'])} of {page['total']})", file=sys.stderr)
+        return 0
+    if args.action == "export":
+        text = queue.export(args.format, args.status)
+        if args.output:
+            Path(args.output).write_text(text, encoding="utf-8")
+        else:
+            sys.stdout.write(text)
+        return 0
+    if args.action == "claim":
+        item = queue.claim(None if args.id in (None, "next") else args.id)
+        if item is None:
+            print("the queue is empty")
+            return 1
+    elif args.action == "show":
+        item = queue.show(_need_id(args))
+    elif args.action == "release":
+        item = queue.release(_need_id(args))
+    else:
+        edited = args.answer
+        if args.action == "edit" and edited in (None, "-"):
+            edited = sys.stdin.read()
+        ratings = {k: getattr(args, k) for k in ("relevance", "fluency", "usefulness")}
+        item = queue.resolve(_need_id(args), _ACTIONS[args.action], edited, ratings, args.comment)
+    if args.json:
+        print(json.dumps(item, indent=2))
+    else:
+        _print_item(item)
+    return 0
+
+
+def _need_id(args: argparse.Namespace) -> str:
+    if not args.id:
+        from rag.errors import InvalidInputError
+
+        raise InvalidInputError(f"`ragguard review {args.action}` needs an item id")
+    return str(args.id)
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from rag.server.auth import KeyStore, Role
+    from rag.settings import Settings
+
+    settings = Settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
+    keys = KeyStore(settings.data_dir / "keys.sqlite", settings.api_keys)
+    try:
+        if args.action == "create":
+            key = keys.create(args.name, Role(args.role))
+            print(key)
+            print(f"(key {args.name!r}, role {args.role}: shown once, only its hash is kept)",
+                  file=sys.stderr)  # fmt: skip
+        elif args.action == "revoke":
+            keys.revoke(args.name)
+            print(f"revoked {args.name}")
+        else:
+            for info in keys.list_keys():
+                print(f"{info.name}\t{info.role.value}")
+    finally:
+        keys.close()
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser("review", help="the human review queue: list, show, claim, resolve, export")
+    p.add_argument("action", choices=["list", "show", "claim", "release", "approve", "edit",
+                                      "reject", "escalate", "export"])  # fmt: skip
+    p.add_argument("id", nargs="?", help="review item id ('claim' without one: the most urgent)")
+    p.add_argument("--server", help="a running server (e.g. http://127.0.0.1:8000)")
+    p.add_argument("--api-key", help="with --server (default: RAGGUARD_API_KEY)")
+    p.add_argument("--reviewer", help="your name (default $USER; with --server, no-key mode)")
+    p.add_argument("--data-dir", type=Path, help="data directory (default RAGGUARD_DATA_DIR)")
+    p.add_argument("--status", help="list/export: pending, claimed, approved, edited, ...")
+    p.add_argument("--reason", help="list: text in the reasons")
+    p.add_argument("--assignee", help="list: holder of a live claim")
+    p.add_argument("--overdue", action="store_true", help="list: past the deadline only")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--answer", help="edit: the corrected answer ('-' or none: read stdin)")
+    p.add_argument("--relevance", type=int, help="0-3")
+    p.add_argument("--fluency", type=int, help="0-2")
+    p.add_argument("--usefulness", type=int, help="0-4")
+    p.add_argument("--comment", default="")
+    p.add_argument("--format", choices=["jsonl", "csv"], default="jsonl", help="export format")
+    p.add_argument("-o", "--output", help="export: write to this file")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_review)
+
+    p = sub.add_parser("keys", help="API keys of the server's data directory")
+    p.add_argument("action", choices=["create", "list", "revoke"])
+    p.add_argument("name", nargs="?", help="key name (create, revoke)")
+    p.add_argument("--role", choices=["app", "reviewer", "admin"], default="reviewer")
+    p.add_argument("--data-dir", type=Path, help="data directory (default RAGGUARD_DATA_DIR)")
+    p.set_defaults(func=cmd_keys)

@@ -1,0 +1,198 @@
+"""API keys with roles: ``app`` asks, ``reviewer`` reviews, ``admin`` may do everything.
+
+Keys are random (256 bits); only their SHA-256 is stored (``data_dir/keys.sqlite`` and/or the
+``RAGGUARD_API_KEYS`` file), and a presented key is compared in constant time. With no key
+configured authentication is off and the server must listen on loopback only.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import ipaddress
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastapi import Request
+
+from rag.errors import (
+    AuthenticationError,
+    ConfigurationError,
+    InvalidInputError,
+    NotFoundError,
+    NotReadyError,
+    PermissionDeniedError,
+)
+
+KEY_PREFIX = "rg_"
+
+
+class Role(enum.StrEnum):
+    APP = "app"
+    REVIEWER = "reviewer"
+    ADMIN = "admin"
+
+    def allows(self, needed: Role) -> bool:
+        return self is Role.ADMIN or self is needed
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: the key's name (or, with authentication off, the X-Reviewer header)."""
+
+    name: str
+    role: Role
+
+
+@dataclass(frozen=True, slots=True)
+class KeyInfo:
+    name: str
+    role: Role
+    created_at: float
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class KeyStore:
+    """The server's API keys: a SQLite table plus, optionally, a read-only file of hashes."""
+
+    def __init__(self, path: Path, keys_file: Path | None = None):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS keys (name TEXT PRIMARY KEY, role TEXT NOT NULL, "
+            "key_sha256 TEXT NOT NULL UNIQUE, created_at REAL NOT NULL)"
+        )
+        self._lock = threading.Lock()
+        self._file_keys = _read_keys_file(keys_file) if keys_file else []
+
+    def create(self, name: str, role: Role) -> str:
+        """A new key for ``name``; the only time the key itself is seen."""
+        if not name or len(name) > 64 or not name.replace("-", "").replace("_", "").isalnum():
+            raise InvalidInputError("a key name is 1-64 letters, digits, '-' or '_'")
+        key = KEY_PREFIX + secrets.token_urlsafe(32)
+        with self._lock:
+            try:
+                self._conn.execute(
+                    "INSERT INTO keys VALUES (?, ?, ?, ?)",
+                    (name, Role(role).value, hash_key(key), time.time()),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise InvalidInputError(f"a key named {name!r} exists; revoke it first") from exc
+        return key
+
+    def revoke(self, name: str) -> None:
+        with self._lock:
+            if not self._conn.execute("DELETE FROM keys WHERE name = ?", (name,)).rowcount:
+                raise NotFoundError(f"no key named {name!r} (keys from the keys file are fixed)")
+
+    def list_keys(self) -> list[KeyInfo]:
+        with self._lock:
+            rows = self._conn.execute("SELECT name, role, created_at FROM keys ORDER BY name")
+            stored = [KeyInfo(n, Role(r), c) for n, r, c in rows.fetchall()]
+        return stored + [KeyInfo(n, r, 0.0) for n, r, _ in self._file_keys]
+
+    def _all(self) -> list[tuple[str, Role, str]]:
+        with self._lock:
+            rows = self._conn.execute("SELECT name, role, key_sha256 FROM keys").fetchall()
+        return [(n, Role(r), h) for n, r, h in rows] + self._file_keys
+
+    @property
+    def is_enabled(self) -> bool:
+        """Authentication is on as soon as one key exists."""
+        return bool(self._all())
+
+    def verify(self, key: str) -> Principal | None:
+        digest = hash_key(key)
+        found = None
+        for name, role, stored in self._all():  # compare with every key: no early exit
+            if hmac.compare_digest(digest, stored):
+                found = Principal(name, role)
+        return found
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def _read_keys_file(path: Path) -> list[tuple[str, Role, str]]:
+    keys = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        parts = line.split()
+        if len(parts) != 3 or parts[1] not in Role.__members__.values() or len(parts[2]) != 64:
+            raise ConfigurationError(
+                f"{path} line {number}: expected 'name role sha256-hex' "
+                f"(role one of {', '.join(Role)})"
+            )
+        keys.append((parts[0], Role(parts[1]), parts[2].lower()))
+    return keys
+
+
+def presented_key(request: Request) -> str | None:
+    auth = request.headers.get("authorization", "")
+    scheme, _, value = auth.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return request.headers.get("x-api-key") or None
+
+
+def require(role: Role) -> Callable[[Request], Principal]:
+    """A dependency: the caller, when their key's role allows ``role``; else 401 or 403."""
+
+    def dependency(request: Request) -> Principal:
+        keys: KeyStore | None = request.app.state.ragguard.keys
+        if keys is None:
+            raise NotReadyError("the server is starting; retry shortly")
+        if not keys.is_enabled:  # loopback-only development mode
+            name = request.headers.get("x-reviewer", "").strip()[:64] or "local"
+            return Principal(name, Role.ADMIN)
+        key = presented_key(request)
+        if key is None:
+            raise AuthenticationError(
+                "send an API key: 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"
+            )
+        principal = keys.verify(key)
+        if principal is None:
+            raise AuthenticationError("the API key is not valid (revoked or mistyped)")
+        if not principal.role.allows(role):
+            raise PermissionDeniedError(
+                f"key {principal.name!r} has role {principal.role.value}; "
+                f"this route needs {role.value}"
+            )
+        request.state.principal = principal
+        return principal
+
+    return dependency
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, keys: KeyStore) -> str:
+    """Refuse to listen beyond loopback without keys; else say how the server is protected."""
+    if keys.is_enabled:
+        return "API keys required"
+    if not is_loopback(host):
+        raise ConfigurationError(
+            f"refusing to listen on {host} without API keys: anyone who can reach it could "
+            "read and resolve reviews. Create a key (`ragguard keys create NAME --role admin`) "
+            "or listen on 127.0.0.1"
+        )
+    return "no API keys configured: authentication is off, listening on loopback only"

@@ -1,0 +1,33 @@
+"""API keys (admin only): create, list, revoke."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from rag.server.auth import Role
+from rag.server.review_schemas import KeyIn, KeyOut, NewKeyOut
+from rag.server.state import KeysDep
+
+router = APIRouter(prefix="/v1/keys", tags=["keys"])
+
+
+@router.post("", response_model=NewKeyOut, status_code=201)
+async def create_key(body: KeyIn, keys: KeysDep) -> NewKeyOut:
+    """A new key; the response is the only time it is shown."""
+    key = keys.create(body.name, Role(body.role))
+    info = next(k for k in keys.list_keys() if k.name == body.name)
+    return NewKeyOut(name=info.name, role=info.role.value, created_at=info.created_at, key=key)
+
+
+@router.get("", response_model=list[KeyOut])
+async def list_keys(keys: KeysDep) -> list[KeyOut]:
+    """Names and roles (never the keys)."""
+    return [
+        KeyOut(name=k.name, role=k.role.value, created_at=k.created_at) for k in keys.list_keys()
+    ]
+
+
+@router.delete("/{name}", status_code=204)
+async def revoke_key(name: str, keys: KeysDep) -> Response:
+    keys.revoke(name)
+    return Response(status_code=204)

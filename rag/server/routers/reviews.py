@@ -1,0 +1,221 @@
+"""The review queue: list, read, claim, release, resolve, rate; statistics and export."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from guards.review import Action, ReviewItem, ReviewStore, Status, queue_stats
+from rag.server.auth import Principal, Role, require
+from rag.server.review_schemas import (
+    ClaimIn,
+    GoldIn,
+    RateIn,
+    ResolveIn,
+    ReviewList,
+    ReviewOut,
+    StatsOut,
+)
+from rag.server.schemas import ErrorOut
+from rag.server.state import ReviewsDep
+
+router = APIRouter(prefix="/v1/reviews", tags=["reviews"])
+Reviewer = Annotated[Principal, Depends(require(Role.REVIEWER))]
+Admin = Annotated[Principal, Depends(require(Role.ADMIN))]
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut} for code in (401, 403, 404, 409, 422)
+}
+_EXPORT_PAGE = 500
+
+
+def _out(store: ReviewStore, item: ReviewItem, who: Principal, *, audit: bool = False) -> ReviewOut:
+    return ReviewOut.from_item(
+        item,
+        store.clock(),
+        show_gold=who.role is Role.ADMIN,
+        audit=store.audit(item.id) if audit else None,
+    )
+
+
+@router.get("", response_model=ReviewList, responses=_ERRORS)
+async def list_reviews(
+    store: ReviewsDep,
+    who: Reviewer,
+    status: Annotated[
+        Status | None, Query(description="an expired claim counts as pending")
+    ] = None,
+    reason: Annotated[str | None, Query(max_length=200, description="text in the reasons")] = None,
+    assignee: Annotated[
+        str | None, Query(max_length=64, description="holder of a live claim")
+    ] = None,
+    min_age_s: Annotated[
+        float | None, Query(ge=0, description="queued at least this long ago")
+    ] = None,
+    max_age_s: Annotated[
+        float | None, Query(ge=0, description="queued at most this long ago")
+    ] = None,
+    overdue: Annotated[bool | None, Query(description="past the deadline and still open")] = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> ReviewList:
+    """Items matching every filter: open ones most urgent first, resolved ones newest first."""
+    items, total = await run_in_threadpool(
+        store.list_items,
+        status=status,
+        reason=reason,
+        assignee=assignee,
+        min_age_s=min_age_s,
+        max_age_s=max_age_s,
+        is_overdue=overdue,
+        offset=offset,
+        limit=limit,
+    )
+    now = store.clock()
+    show_gold = who.role is Role.ADMIN
+    return ReviewList(
+        total=total,
+        offset=offset,
+        limit=limit,
+        items=[
+            ReviewOut.from_item(i, now, show_gold=show_gold, with_passages=False) for i in items
+        ],
+    )
+
+
+@router.get("/me", responses=_ERRORS)
+async def whoami(who: Reviewer) -> dict[str, str]:
+    """The caller as the review API sees them: the key's name (or X-Reviewer) and role."""
+    return {"name": who.name, "role": who.role.value}
+
+
+@router.get("/stats", response_model=StatsOut, responses=_ERRORS)
+async def review_stats(store: ReviewsDep, who: Reviewer) -> StatsOut:
+    """Counts by status, overdue items, agreement between reviewers, per-reviewer figures."""
+    return StatsOut.from_stats(await run_in_threadpool(queue_stats, store))
+
+
+@router.get("/export", responses={200: {"content": {"application/x-ndjson": {}, "text/csv": {}}}})
+async def export_reviews(
+    store: ReviewsDep,
+    who: Reviewer,
+    format: Annotated[Literal["jsonl", "csv"], Query()] = "jsonl",
+    status: Status | None = None,
+) -> StreamingResponse:
+    """Every item (or those of one status) with ratings, as JSON lines or CSV."""
+    rows = export_rows(store, status, show_gold=who.role is Role.ADMIN)
+    if format == "jsonl":
+        body: Iterator[str] = (json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+        media = "application/x-ndjson"
+    else:
+        body, media = to_csv(rows), "text/csv"
+    disposition = f'attachment; filename="reviews.{format}"'
+    return StreamingResponse(body, media_type=media, headers={"content-disposition": disposition})
+
+
+def export_rows(
+    store: ReviewStore, status: Status | None, *, show_gold: bool
+) -> Iterator[dict[str, Any]]:
+    offset = 0
+    while True:
+        page, _ = store.list_items(status=status, offset=offset, limit=_EXPORT_PAGE)
+        for item in page:
+            full = store.get(item.id)  # with ratings
+            out = ReviewOut.from_item(full, store.clock(), show_gold=show_gold)
+            yield out.model_dump(exclude={"audit", "is_gold"} if not show_gold else {"audit"})
+        if len(page) < _EXPORT_PAGE:
+            return
+        offset += _EXPORT_PAGE
+
+
+_CSV_FIELDS = [
+    "id", "status", "question", "answer", "edited_answer", "resolution", "resolved_by",
+    "resolved_at", "confidence", "reasons", "created_at", "deadline", "index", "ratings",
+]  # fmt: skip
+
+
+def to_csv(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=_CSV_FIELDS, extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        row = {**row, "reasons": "; ".join(row["reasons"]), "ratings": json.dumps(row["ratings"])}
+        writer.writerow(row)
+        yield buffer.getvalue()
+        buffer.seek(0)
+        buffer.truncate()
+    yield buffer.getvalue()
+
+
+@router.post("/next", response_model=ReviewOut | None, responses=_ERRORS)
+async def claim_next(
+    store: ReviewsDep, who: Reviewer, body: ClaimIn | None = None
+) -> ReviewOut | None:
+    """Claim the most urgent claimable item; null when the queue is empty."""
+    ttl = body.ttl_s if body else None
+    item = await run_in_threadpool(store.claim_next, who.name, ttl_s=ttl)
+    return None if item is None else _out(store, item, who, audit=True)
+
+
+@router.post("/gold", status_code=201, responses=_ERRORS)
+async def add_gold(body: GoldIn, store: ReviewsDep, who: Admin) -> dict[str, str]:
+    """Add a gold item (a question with a known answer) to score reviewers with."""
+    gold_id = await run_in_threadpool(
+        store.add_gold, body.question, body.answer, is_correct=body.correct
+    )
+    return {"id": gold_id}
+
+
+@router.get("/{item_id}", response_model=ReviewOut, responses=_ERRORS)
+async def get_review(item_id: str, store: ReviewsDep, who: Reviewer) -> ReviewOut:
+    """One item with its passages (cited sentences marked), guard verdicts and audit trail."""
+    item = await run_in_threadpool(store.get, item_id)
+    return _out(store, item, who, audit=True)
+
+
+@router.post("/{item_id}/claim", response_model=ReviewOut, responses=_ERRORS)
+async def claim(
+    item_id: str, store: ReviewsDep, who: Reviewer, body: ClaimIn | None = None
+) -> ReviewOut:
+    """Reserve the item until the claim expires; claiming again renews it. 409 when another
+    reviewer holds it or it is resolved."""
+    ttl = body.ttl_s if body else None
+    item = await run_in_threadpool(store.claim, item_id, who.name, ttl_s=ttl)
+    return _out(store, item, who, audit=True)
+
+
+@router.post("/{item_id}/release", response_model=ReviewOut, responses=_ERRORS)
+async def release(item_id: str, store: ReviewsDep, who: Reviewer) -> ReviewOut:
+    """Give the item back to the queue."""
+    item = await run_in_threadpool(store.release, item_id, who.name)
+    return _out(store, item, who, audit=True)
+
+
+@router.post("/{item_id}/resolve", response_model=ReviewOut, responses=_ERRORS)
+async def resolve(item_id: str, body: ResolveIn, store: ReviewsDep, who: Reviewer) -> ReviewOut:
+    """Approve, edit, reject or escalate an item you hold a live claim on. An approved or edited
+    answer is what the same question gets from then on (until the index changes)."""
+    item = await run_in_threadpool(
+        store.resolve,
+        item_id,
+        who.name,
+        Action(body.action),
+        edited_answer=body.edited_answer,
+        ratings=body.ratings.to_ratings(body.comment),
+    )
+    return _out(store, item, who, audit=True)
+
+
+@router.post("/{item_id}/rate", response_model=ReviewOut, responses=_ERRORS)
+async def rate(item_id: str, body: RateIn, store: ReviewsDep, who: Reviewer) -> ReviewOut:
+    """A second opinion on a resolved item: ratings for inter-reviewer agreement."""
+    item = await run_in_threadpool(
+        store.rate, item_id, who.name, body.ratings.to_ratings(body.comment)
+    )
+    return _out(store, item, who, audit=True)

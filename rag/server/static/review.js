@@ -1,0 +1,262 @@
+// The reviewer's page: vanilla JavaScript over the /v1/reviews API. No build step.
+"use strict";
+
+const $ = (sel) => document.querySelector(sel);
+const state = { items: [], selected: -1, item: null, offset: 0, limit: 50, total: 0, editing: false };
+
+function headers() {
+  const h = { "content-type": "application/json" };
+  const key = localStorage.getItem("ragguard.key");
+  const name = localStorage.getItem("ragguard.reviewer");
+  if (key) h.authorization = "Bearer " + key;
+  if (name) h["x-reviewer"] = name;
+  return h;
+}
+
+async function api(method, path, body) {
+  const response = await fetch(path, {
+    method, headers: headers(), body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const data = response.headers.get("content-type")?.includes("json") ? await response.json() : null;
+  if (!response.ok) {
+    let detail = data && data.detail !== undefined ? data.detail : response.statusText;
+    if (Array.isArray(detail)) detail = detail.map((d) => `${d.loc.slice(1).join(".")}: ${d.msg}`).join("; ");
+    throw new Error(`${response.status}: ${detail}`);
+  }
+  return data;
+}
+
+function toast(message, isError = false) {
+  const el = $("#toast");
+  el.textContent = message;
+  el.className = "show" + (isError ? " error" : "");
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => (el.className = ""), isError ? 6000 : 2500);
+}
+
+async function run(action) {
+  try { await action(); } catch (err) { toast(err.message, true); }
+}
+
+function ago(seconds) {
+  if (seconds < 90) return `${Math.round(seconds)} s`;
+  if (seconds < 5400) return `${Math.round(seconds / 60)} min`;
+  if (seconds < 129600) return `${Math.round(seconds / 3600)} h`;
+  return `${Math.round(seconds / 86400)} d`;
+}
+
+function el(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  Object.assign(node, props);
+  for (const child of children) node.append(child);
+  return node;
+}
+
+function badge(text, cls = "") { return el("span", { className: "badge " + cls, textContent: text }); }
+
+async function loadQueue() {
+  const params = new URLSearchParams({ offset: state.offset, limit: state.limit });
+  const status = $("#f-status").value, reason = $("#f-reason").value.trim();
+  const assignee = $("#f-assignee").value.trim();
+  if (status) params.set("status", status);
+  if (reason) params.set("reason", reason);
+  if (assignee) params.set("assignee", assignee);
+  if ($("#f-overdue").checked) params.set("overdue", "true");
+  const page = await api("GET", "/v1/reviews?" + params);
+  state.items = page.items;
+  state.total = page.total;
+  state.selected = Math.min(Math.max(state.selected, 0), state.items.length - 1);
+  renderQueue();
+}
+
+function renderQueue() {
+  const list = $("#items");
+  list.replaceChildren();
+  state.items.forEach((item, i) => {
+    const li = el("li", { className: i === state.selected ? "selected" : "" });
+    li.dataset.id = item.id;
+    li.append(el("span", { className: "q", textContent: item.question }));
+    li.append(badge(item.status));
+    if (item.confidence !== null) li.append(badge("conf " + item.confidence.toFixed(2)));
+    li.append(badge(ago(item.age_s)));
+    if (item.is_overdue) li.append(badge("overdue", "overdue"));
+    if (item.assignee) li.append(badge("@" + item.assignee));
+    li.addEventListener("click", () => { state.selected = i; renderQueue(); run(() => openItem(item.id)); });
+    list.append(li);
+  });
+  const end = state.offset + state.items.length;
+  $("#queue-count").textContent = state.total
+    ? `${state.offset + 1}–${end} of ${state.total}` : "nothing here";
+  $("#prev").disabled = state.offset === 0;
+  $("#next").disabled = end >= state.total;
+  list.querySelector(".selected")?.scrollIntoView({ block: "nearest" });
+}
+
+// The passage text with the sentences the answer rests on wrapped in <mark>.
+function highlighted(text, sentences) {
+  const spans = [];
+  for (const s of sentences) {
+    const at = text.indexOf(s);
+    if (at >= 0) spans.push([at, at + s.length]);
+  }
+  spans.sort((a, b) => a[0] - b[0]);
+  const nodes = [];
+  let pos = 0;
+  for (const [start, end] of spans) {
+    if (start < pos) continue;
+    nodes.push(text.slice(pos, start), el("mark", { textContent: text.slice(start, end) }));
+    pos = end;
+  }
+  nodes.push(text.slice(pos));
+  return nodes;
+}
+
+async function openItem(id) {
+  state.item = await api("GET", "/v1/reviews/" + encodeURIComponent(id));
+  setEditing(false);
+  renderItem();
+}
+
+function renderItem() {
+  const item = state.item;
+  $("#empty").hidden = !!item;
+  $("#item").hidden = !item;
+  if (!item) return;
+  const meta = $("#item-meta");
+  meta.replaceChildren(badge(item.status), badge("index " + item.index));
+  if (item.confidence !== null) meta.append(badge("confidence " + item.confidence.toFixed(2)));
+  meta.append(badge("queued " + ago(item.age_s) + " ago"));
+  meta.append(badge("due " + new Date(item.deadline * 1000).toLocaleString(), item.is_overdue ? "overdue" : ""));
+  if (item.assignee) meta.append(badge("claimed by " + item.assignee));
+  if (item.resolved_by) meta.append(badge(`${item.resolution} by ${item.resolved_by}`));
+  $("#item-question").textContent = item.question;
+  $("#item-answer").textContent = item.edited_answer ?? item.answer;
+  const others = item.candidates.filter((c) => c !== item.answer);
+  $("#candidates-block").hidden = others.length === 0;
+  $("#item-candidates").replaceChildren(...others.map((c) => el("li", { textContent: c })));
+  $("#item-reasons").replaceChildren(...item.reasons.map((r) => el("li", { textContent: r })));
+  $("#item-guards tbody").replaceChildren(...item.guard_results.map((g) => el("tr", {},
+    el("td", { textContent: g.name }), el("td", {}, badge(g.outcome, g.outcome)),
+    el("td", { textContent: g.score === null || g.score === undefined ? "–" : Number(g.score).toFixed(2) }),
+    el("td", { textContent: g.reason }))));
+  $("#item-passages").replaceChildren(...item.passages.map((p) => el("li", {},
+    el("div", { className: "src", textContent: `${p.doc_id} · score ${p.score.toFixed(2)}` }),
+    el("div", {}, ...highlighted(p.text, p.cited_sentences)))));
+  $("#audit").replaceChildren(...(item.audit || []).map((a) => el("li", {
+    textContent: `${new Date(a.at * 1000).toLocaleString()} · ${a.actor} · ${a.action}` +
+      (a.after && a.after.status ? ` → ${a.after.status}` : ""),
+  })));
+  const open = ["pending", "claimed", "escalated"].includes(item.status);
+  const mine = item.status === "claimed" && item.assignee === state.me;
+  $("#claim").disabled = !open;
+  for (const id of ["#release", "#approve", "#edit", "#reject", "#escalate"]) $(id).disabled = !mine;
+}
+
+function setEditing(on) {
+  state.editing = on;
+  $("#edit-box").hidden = !on;
+  $("#save-edit").hidden = !on;
+  if (on) {
+    $("#edit-box").value = state.item.edited_answer ?? state.item.answer;
+    $("#edit-box").focus();
+  }
+}
+
+function ratings() {
+  const value = (id) => ($(id).value === "" ? null : Number($(id).value));
+  return {
+    ratings: { relevance: value("#r-relevance"), fluency: value("#r-fluency"), usefulness: value("#r-usefulness") },
+    comment: $("#r-comment").value,
+  };
+}
+
+function clearRatings() {
+  for (const id of ["#r-relevance", "#r-fluency", "#r-usefulness"]) $(id).value = "";
+  $("#r-comment").value = "";
+}
+
+async function act(path, body) {
+  const id = state.item.id;
+  state.item = await api("POST", `/v1/reviews/${encodeURIComponent(id)}/${path}`, body);
+  renderItem();
+  await loadQueue();
+}
+
+const actions = {
+  claim: () => act("claim", {}).then(() => toast("claimed")),
+  release: () => act("release").then(() => toast("released")),
+  approve: () => act("resolve", { action: "approve", ...ratings() }).then(() => { clearRatings(); toast("approved"); }),
+  reject: () => act("resolve", { action: "reject", ...ratings() }).then(() => { clearRatings(); toast("rejected"); }),
+  escalate: () => act("resolve", { action: "escalate", ...ratings() }).then(() => { clearRatings(); toast("escalated"); }),
+  edit: async () => setEditing(true),
+  saveEdit: () => act("resolve", { action: "edit", edited_answer: $("#edit-box").value, ...ratings() })
+    .then(() => { setEditing(false); clearRatings(); toast("edited answer saved"); }),
+  next: async () => {
+    const item = await api("POST", "/v1/reviews/next", {});
+    if (!item) { toast("the queue is empty"); return; }
+    state.item = item;
+    renderItem();
+    await loadQueue();
+  },
+};
+
+function bind() {
+  $("#api-key").value = localStorage.getItem("ragguard.key") || "";
+  $("#reviewer").value = localStorage.getItem("ragguard.reviewer") || "";
+  $("#who").addEventListener("submit", (e) => {
+    e.preventDefault();
+    localStorage.setItem("ragguard.key", $("#api-key").value.trim());
+    localStorage.setItem("ragguard.reviewer", $("#reviewer").value.trim());
+    run(start);
+  });
+  $("#filters").addEventListener("submit", (e) => { e.preventDefault(); state.offset = 0; run(loadQueue); });
+  $("#f-status").addEventListener("change", () => { state.offset = 0; run(loadQueue); });
+  $("#prev").addEventListener("click", () => { state.offset = Math.max(0, state.offset - state.limit); run(loadQueue); });
+  $("#next").addEventListener("click", () => { state.offset += state.limit; run(loadQueue); });
+  $("#help-button").addEventListener("click", () => $("#help").showModal());
+  for (const [id, name] of [["#claim", "claim"], ["#release", "release"], ["#approve", "approve"],
+    ["#edit", "edit"], ["#save-edit", "saveEdit"], ["#reject", "reject"], ["#escalate", "escalate"]]) {
+    $(id).addEventListener("click", () => run(actions[name]));
+  }
+  document.addEventListener("keydown", onKey);
+}
+
+function onKey(e) {
+  if (e.key === "Escape") { if (state.editing) setEditing(false); return; }
+  const typing = ["INPUT", "TEXTAREA", "SELECT"].includes(document.activeElement?.tagName);
+  if (state.editing && e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); run(actions.saveEdit); return; }
+  if (typing || e.ctrlKey || e.metaKey || e.altKey) return;
+  const itemOpen = !!state.item;
+  const keys = {
+    j: () => move(1), k: () => move(-1),
+    Enter: () => state.items[state.selected] && run(() => openItem(state.items[state.selected].id)),
+    n: () => run(actions.next), "?": () => $("#help").showModal(),
+    c: () => itemOpen && !$("#claim").disabled && run(actions.claim),
+    u: () => itemOpen && !$("#release").disabled && run(actions.release),
+    a: () => itemOpen && !$("#approve").disabled && run(actions.approve),
+    e: () => itemOpen && !$("#edit").disabled && run(actions.edit),
+    r: () => itemOpen && !$("#reject").disabled && run(actions.reject),
+    x: () => itemOpen && !$("#escalate").disabled && run(actions.escalate),
+    1: () => ($("#r-relevance").value = "1"), 2: () => ($("#r-relevance").value = "2"),
+    3: () => ($("#r-relevance").value = "3"), 0: () => ($("#r-relevance").value = "0"),
+  };
+  const handler = keys[e.key];
+  if (handler) { e.preventDefault(); handler(); }
+}
+
+function move(step) {
+  if (!state.items.length) return;
+  state.selected = Math.min(Math.max(state.selected + step, 0), state.items.length - 1);
+  renderQueue();
+}
+
+async function start() {
+  const me = await api("GET", "/v1/reviews/me");
+  state.me = me.name;
+  $("#reviewer").placeholder = `${me.name} (${me.role})`;
+  await loadQueue();
+  if (state.item) renderItem();
+}
+
+bind();
+run(start);

@@ -1,0 +1,127 @@
+"""The same review store on PostgreSQL: a throwaway server (initdb + pg_ctl on a Unix socket) when
+the PostgreSQL binaries and psycopg are installed; skipped otherwise."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from guards.review import (
+    Action,
+    AlreadyResolvedError,
+    ClaimConflictError,
+    ClaimExpiredError,
+    NewItem,
+    Ratings,
+    ReviewStore,
+    Status,
+    queue_stats,
+)
+
+pytest.importorskip("psycopg", reason="psycopg is not installed: pip install 'psycopg[binary]'")
+if not (shutil.which("initdb") and shutil.which("pg_ctl")):
+    pytest.skip("PostgreSQL binaries (initdb, pg_ctl) are not installed", allow_module_level=True)
+
+
+def _as_server_user(*cmd: str) -> list[str]:
+    # PostgreSQL refuses to run as root.
+    return ["runuser", "-u", "nobody", "--", *cmd] if os.geteuid() == 0 else list(cmd)
+
+
+def _run(*cmd: str) -> None:
+    subprocess.run(_as_server_user(*cmd), capture_output=True, check=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    # Under /tmp itself: the server's user must be able to reach its directory.
+    root = Path(tempfile.mkdtemp(prefix="ragguard-pg-"))
+    if os.geteuid() == 0:
+        shutil.chown(root, "nobody")
+    data, port = root / "data", 50000 + uuid.uuid4().int % 10000
+    options = f"-k {root} -c listen_addresses='' -p {port}"
+    try:
+        _run("initdb", "-D", str(data), "-A", "trust", "-U", "postgres")
+        _run("pg_ctl", "-D", str(data), "-l", str(root / "log"), "-w", "start", "-o", options)
+    except (subprocess.CalledProcessError, OSError) as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.skip(f"a throwaway PostgreSQL server did not start: {exc}")
+    yield f"postgresql://postgres@/postgres?host={root}&port={port}"
+    _run("pg_ctl", "-D", str(data), "-m", "immediate", "stop")
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_workflow_on_postgresql(pg_url: str) -> None:
+    now = [1_000_000.0]
+    store = ReviewStore(pg_url, claim_ttl_s=60, gold_rate=0.25, clock=lambda: now[0])
+    store.add_gold("Capital of France?", "Paris.", is_correct=True)
+    ids = [
+        store.add(
+            NewItem(
+                f"q{i}?",
+                "a [1].",
+                passages=[{"text": "a."}],
+                confidence=0.1 * i,
+                index_name="demo",
+                index_version="v1",
+            )
+        ).id
+        for i in range(3)
+    ]
+    assert store.list_items()[1] == 4  # one gold item among four
+    store.claim(ids[0], "ann")
+    with pytest.raises(ClaimConflictError):
+        store.claim(ids[0], "bob")
+    now[0] += 61
+    with pytest.raises(ClaimExpiredError):
+        store.resolve(ids[0], "ann", Action.APPROVE)
+    assert store.get(ids[0]).status is Status.PENDING
+    store.claim(ids[0], "ann")
+    done = store.resolve(
+        ids[0], "ann", Action.EDIT, edited_answer="b [1].", ratings=Ratings(3, 2, 4)
+    )
+    assert done.status is Status.EDITED and done.ratings[0].ratings.relevance == 3
+    with pytest.raises(AlreadyResolvedError):
+        store.resolve(ids[0], "ann", Action.APPROVE)
+    hit = store.cached_answer("Q0", "demo", "v1")
+    assert hit is not None and hit.answer == "b [1]."
+    assert [e.action for e in store.audit(ids[0])] == ["created", "claim", "claim", "edit"]
+    store.rate(ids[0], "bob", Ratings(relevance=2))
+    assert queue_stats(store).num_multiply_rated == 1
+    store.close()
+    assert ReviewStore(pg_url).schema_version == 2  # migrating again is a no-op
+
+
+def test_concurrent_claims_on_postgresql(pg_url: str) -> None:
+    stores = [ReviewStore(pg_url, gold_rate=0) for _ in range(4)]
+    with stores[0].db.transaction() as cur:  # a clean queue for this test
+        cur.execute("UPDATE review_items SET status = 'rejected' WHERE status <> 'rejected'")
+    ids = {stores[0].add(NewItem(f"race {i}?", "a")).id for i in range(20)}
+    won: list[str] = []
+    errors: list[Exception] = []
+    lock = threading.Lock()
+
+    def work(store: ReviewStore, name: str) -> None:
+        try:
+            while (item := store.claim_next(name)) is not None:
+                with lock:
+                    won.append(item.id)
+        except Exception as exc:  # surfaced below: a thread's exception is only a warning
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s, f"r{i}")) for i, s in enumerate(stores)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and sorted(won) == sorted(ids)
+    for s in stores:
+        s.close()

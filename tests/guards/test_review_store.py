@@ -1,0 +1,360 @@
+"""The review store and its workflow, on a real SQLite file (and PostgreSQL when one can start)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from guards.review import (
+    Action,
+    AlreadyResolvedError,
+    ClaimConflictError,
+    ClaimExpiredError,
+    InvalidReviewError,
+    ItemNotFoundError,
+    NewItem,
+    NotClaimedError,
+    Ratings,
+    ReviewStore,
+    Status,
+    krippendorff_alpha,
+    normalise_question,
+    queue_stats,
+)
+from guards.review.backend import Cursor
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: Clock):  # type: ignore[no-untyped-def]
+    s = ReviewStore(
+        tmp_path / "reviews.sqlite", claim_ttl_s=60, sla_s=3600, gold_rate=0, clock=clock
+    )
+    yield s
+    s.close()
+
+
+def flagged(question: str = "How tall is the Eiffel Tower?", **kw: object) -> NewItem:
+    defaults: dict[str, object] = {
+        "answer": "It is 330 metres tall [1].",
+        "candidates": ["It is 330 metres tall [1].", "300 m"],
+        "passages": [
+            {
+                "doc_id": "t",
+                "chunk_id": "t#0",
+                "text": "The tower is 330 metres tall.",
+                "score": 0.8,
+            }
+        ],
+        "guard_results": [
+            {"name": "grounding", "outcome": "pass", "score": 0.9, "reason": "", "evidence": {}}
+        ],
+        "confidence": 0.4,
+        "reasons": ["confidence 0.40 < 0.5"],
+        "index_name": "demo",
+        "index_version": "v1",
+    }
+    defaults.update(kw)
+    return NewItem(question, **defaults)  # type: ignore[arg-type]
+
+
+def test_an_item_keeps_every_field_and_starts_pending(store: ReviewStore, clock: Clock) -> None:
+    item = store.add(flagged())
+    got = store.get(item.id)
+    assert got == item
+    assert got.status is Status.PENDING and got.assignee is None
+    assert got.candidates[1] == "300 m" and got.passages[0]["doc_id"] == "t"
+    assert got.confidence == 0.4 and got.reasons == ["confidence 0.40 < 0.5"]
+    assert got.deadline == clock.now + 3600 and not got.is_overdue(clock.now)
+    assert got.is_overdue(clock.now + 3601)
+    assert [e.action for e in store.audit(item.id)] == ["created"]
+
+
+def test_claim_resolve_and_the_audit_trail(store: ReviewStore, clock: Clock) -> None:
+    item = store.add(flagged())
+    claimed = store.claim(item.id, "ann")
+    assert claimed.status is Status.CLAIMED and claimed.assignee == "ann"
+    assert claimed.claim_expires_at == clock.now + 60
+    with pytest.raises(ClaimConflictError, match="claimed by ann"):
+        store.claim(item.id, "bob")
+    with pytest.raises(ClaimConflictError):
+        store.resolve(item.id, "bob", Action.APPROVE)
+    clock.now += 10
+    done = store.resolve(
+        item.id, "ann", Action.EDIT, edited_answer="330 m [1].", ratings=Ratings(3, 2, 4, "fine")
+    )
+    assert done.status is Status.EDITED and done.final_answer == "330 m [1]."
+    assert done.resolved_by == "ann" and done.ratings[0].ratings == Ratings(3, 2, 4, "fine")
+    with pytest.raises(AlreadyResolvedError, match="already edited by ann"):
+        store.resolve(item.id, "ann", Action.APPROVE)
+    with pytest.raises(AlreadyResolvedError):
+        store.claim(item.id, "bob")
+    log = store.audit(item.id)
+    assert [(e.actor, e.action) for e in log] == [
+        ("system", "created"),
+        ("ann", "claim"),
+        ("ann", "edit"),
+    ]
+    assert log[2].before is not None and log[2].before["status"] == "claimed"
+    assert log[2].after is not None and log[2].after["status"] == "edited"
+    assert (
+        log[2].after["edited_answer"] == "330 m [1]." and log[2].after["ratings"]["relevance"] == 3
+    )
+
+
+def test_an_expired_claim_returns_to_the_queue(store: ReviewStore, clock: Clock) -> None:
+    item = store.add(flagged())
+    store.claim(item.id, "ann")
+    clock.now += 61
+    assert store.get(item.id).status is Status.PENDING
+    assert [i.id for i in store.list_items(status=Status.PENDING)[0]] == [item.id]
+    with pytest.raises(ClaimExpiredError, match="expired"):
+        store.resolve(item.id, "ann", Action.APPROVE)
+    assert store.claim(item.id, "bob").assignee == "bob"
+    with pytest.raises(ClaimConflictError):
+        store.resolve(item.id, "ann", Action.APPROVE)
+    assert store.resolve(item.id, "bob", Action.APPROVE).status is Status.APPROVED
+
+
+def test_release_escalate_and_unknown_ids(store: ReviewStore) -> None:
+    item = store.add(flagged())
+    store.claim(item.id, "ann")
+    with pytest.raises(ClaimConflictError):
+        store.release(item.id, "bob")
+    assert store.release(item.id, "ann").status is Status.PENDING
+    with pytest.raises(NotClaimedError):
+        store.release(item.id, "ann")
+    store.claim(item.id, "ann")
+    escalated = store.resolve(item.id, "ann", Action.ESCALATE, ratings=Ratings(relevance=1))
+    assert escalated.status is Status.ESCALATED and escalated.assignee is None
+    store.claim(item.id, "senior")
+    final = store.resolve(item.id, "senior", Action.REJECT, ratings=Ratings(relevance=2))
+    assert final.status is Status.REJECTED and len(final.ratings) == 2
+    for call in (store.get, lambda i: store.claim(i, "ann"), lambda i: store.release(i, "ann")):
+        with pytest.raises(ItemNotFoundError):
+            call("nope")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"relevance": 4}, "relevance must be an integer from 0 to 3"),
+        ({"fluency": -1}, "fluency must be an integer from 0 to 2"),
+        ({"usefulness": 5}, "usefulness must be an integer from 0 to 4"),
+        ({"usefulness": True}, "usefulness"),
+    ],
+)
+def test_ratings_out_of_range_are_refused(kwargs: dict[str, int], fragment: str) -> None:
+    with pytest.raises(InvalidReviewError, match=fragment):
+        Ratings(**kwargs)
+
+
+def test_edit_needs_an_answer_and_only_edit_takes_one(store: ReviewStore) -> None:
+    item = store.add(flagged())
+    store.claim(item.id, "ann")
+    with pytest.raises(InvalidReviewError, match="corrected answer"):
+        store.resolve(item.id, "ann", Action.EDIT, edited_answer="  ")
+    with pytest.raises(InvalidReviewError, match="only 'edit'"):
+        store.resolve(item.id, "ann", Action.APPROVE, edited_answer="x")
+    assert store.get(item.id).status is Status.CLAIMED  # nothing half-written
+
+
+def test_priority_deadline_and_filters(store: ReviewStore, clock: Clock) -> None:
+    low = store.add(flagged("q low", confidence=0.1))
+    high = store.add(flagged("q high", confidence=0.45))
+    kg = store.add(
+        flagged(
+            "q kg",
+            confidence=0.9,
+            reasons=["knowledge_graph: the graph says Paris"],
+            guard_results=[{"name": "knowledge_graph", "outcome": "fail"}],
+        )
+    )
+    items, total = store.list_items()
+    assert total == 3 and [i.id for i in items] == [kg.id, low.id, high.id]
+    assert store.list_items(reason="KNOWLEDGE_graph")[1] == 1
+    assert store.claim_next("ann").id == kg.id  # type: ignore[union-attr]
+    assert [i.id for i in store.list_items(assignee="ann")[0]] == [kg.id]
+    clock.now += 3700
+    assert store.list_items(is_overdue=True)[1] == 3
+    newer = store.add(flagged("q new"))
+    assert [i.id for i in store.list_items(max_age_s=10)[0]] == [newer.id]
+    assert store.list_items(min_age_s=10)[1] == 3
+    page, total = store.list_items(offset=1, limit=2)
+    assert total == 4 and len(page) == 2
+
+
+def test_two_reviewers_never_both_win_a_claim(tmp_path: Path) -> None:
+    path = tmp_path / "race.sqlite"
+    ReviewStore(path, gold_rate=0).close()
+    stores = [ReviewStore(path, gold_rate=0) for _ in range(4)]  # four connections
+    ids = [stores[0].add(flagged(f"q{i}")).id for i in range(30)]
+    won: dict[str, list[str]] = {f"r{i}": [] for i in range(4)}
+
+    errors: list[Exception] = []
+
+    def work(store: ReviewStore, name: str) -> None:
+        try:
+            while (item := store.claim_next(name)) is not None:
+                won[name].append(item.id)
+        except Exception as exc:  # surfaced below: a thread's exception is only a warning
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s, f"r{i}")) for i, s in enumerate(stores)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    claimed = [i for ids_ in won.values() for i in ids_]
+    assert not errors and sorted(claimed) == sorted(ids)  # each exactly once
+    for s in stores:
+        s.close()
+
+
+def test_the_audit_log_is_append_only(store: ReviewStore) -> None:
+    store.add(flagged())
+    conn = sqlite3.connect(store.db.url)
+    for sql in ("UPDATE audit_log SET actor = 'x'", "DELETE FROM audit_log"):
+        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+            conn.execute(sql)
+    conn.close()
+
+
+def test_approved_answers_are_cached_per_index_version(store: ReviewStore) -> None:
+    item = store.add(flagged("How tall is the  Eiffel tower"))
+    store.claim(item.id, "ann")
+    store.resolve(item.id, "ann", Action.APPROVE)
+    hit = store.cached_answer("how tall is the Eiffel Tower?", "demo", "v1")
+    assert hit is not None and hit.answer == item.answer and hit.review_id == item.id
+    assert hit.reviewer == "ann" and hit.passages == item.passages
+    assert store.cached_answer("how tall is the Eiffel Tower?", "demo", "v2") is None
+    assert store.cached_answer("how tall is the Eiffel Tower?", "other", "v1") is None
+    assert store.invalidate("demo", keep_version="v2") == 1
+    assert store.cached_answer("how tall is the Eiffel Tower?", "demo", "v1") is None
+    rejected = store.add(flagged("Who built it?"))
+    store.claim(rejected.id, "ann")
+    store.resolve(rejected.id, "ann", Action.REJECT)
+    assert store.cached_answer("Who built it?", "demo", "v1") is None
+    assert normalise_question(" Who  BUILT it?? ") == "who built it"
+
+
+def test_gold_items_are_mixed_in_and_score_reviewers(tmp_path: Path) -> None:
+    store = ReviewStore(tmp_path / "g.sqlite", gold_rate=0.25)
+    right = store.add_gold("Capital of France?", "Paris.", is_correct=True)
+    store.add_gold("Capital of Italy?", "Madrid.", is_correct=False)
+    for i in range(6):
+        store.add(flagged(f"q{i}"))
+    items, total = store.list_items(limit=100)
+    gold = [i for i in items if i.gold_id]
+    assert total == 8 and len(gold) == 2  # 2 of 8 = 25 %
+    assert {g.gold_id for g in gold} != {right}  # both gold items are used
+    assert all(g.reasons == ["confidence 0.40 < 0.5"] and g.confidence == 0.4 for g in gold)
+    for g in gold:
+        store.claim(g.id, "ann")
+        store.resolve(g.id, "ann", Action.APPROVE)  # right once, wrong once
+        assert store.cached_answer(g.question, "", "") is None  # gold never reaches users
+    stats = queue_stats(store)
+    ann = next(r for r in stats.reviewers if r.reviewer == "ann")
+    assert ann.num_gold == 2 and ann.num_gold_correct == 1 and ann.gold_accuracy == 0.5
+    store.close()
+
+
+def test_agreement_and_per_reviewer_stats(store: ReviewStore, clock: Clock) -> None:
+    values = [(3, 3), (2, 2), (0, 1), (1, 1)]
+    for n, (a, b) in enumerate(values):
+        item = store.add(flagged(f"q{n}"))
+        store.claim(item.id, "ann")
+        clock.now += 5
+        store.resolve(item.id, "ann", Action.APPROVE, ratings=Ratings(relevance=a, fluency=2))
+        store.rate(item.id, "bob", Ratings(relevance=b, fluency=2))
+    stats = queue_stats(store)
+    assert stats.num_multiply_rated == 4 and stats.by_status == {"approved": 4}
+    expected = krippendorff_alpha([list(v) for v in values], "ordinal")
+    assert stats.agreement["relevance"] == pytest.approx(expected)
+    assert stats.agreement["fluency"] is None  # no variation: undefined
+    ann = next(r for r in stats.reviewers if r.reviewer == "ann")
+    assert ann.num_resolved == 4 and ann.by_action == {"approve": 4}
+    assert ann.median_resolve_s == 5 and ann.mean_ratings["relevance"] == 1.5
+    assert [e.action for e in store.audit(item.id)][-1] == "rate"
+
+
+def test_krippendorff_alpha_matches_the_published_example() -> None:
+    # Krippendorff (2011), "Computing Krippendorff's Alpha-Reliability": 4 coders, 12 units.
+    n = None
+    coders = [
+        [1, 2, 3, 3, 2, 1, 4, 1, 2, n, n, n],
+        [1, 2, 3, 3, 2, 2, 4, 1, 2, 5, n, 3],
+        [n, 3, 3, 3, 2, 3, 4, 2, 2, 5, 1, n],
+        [1, 2, 3, 3, 2, 4, 4, 1, 2, 5, 1, n],
+    ]
+    units = [list(u) for u in zip(*coders, strict=True)]
+    assert krippendorff_alpha(units, "nominal") == pytest.approx(0.743, abs=5e-4)
+    assert krippendorff_alpha(units, "ordinal") == pytest.approx(0.815, abs=5e-4)
+    assert krippendorff_alpha(units, "interval") == pytest.approx(0.849, abs=5e-4)
+    assert krippendorff_alpha([[1, 1], [2, 2]], "interval") == 1.0
+    assert krippendorff_alpha([[1], [2]]) is None
+
+
+def test_a_schema_1_database_is_migrated_with_its_rows(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE review_items (id TEXT PRIMARY KEY, created_at REAL NOT NULL,
+            status TEXT NOT NULL DEFAULT 'pending', question TEXT NOT NULL, answer TEXT NOT NULL,
+            payload TEXT NOT NULL);
+        CREATE INDEX review_by_status ON review_items(status, created_at);
+        INSERT INTO meta VALUES ('schema_version', '1');
+        """
+    )
+    payload = {
+        "confidence": 0.3,
+        "reasons": ["low"],
+        "guard_results": [],
+        "passages": [{"doc_id": "d"}],
+    }
+    conn.execute(
+        "INSERT INTO review_items VALUES ('old1', 5.0, 'pending', 'q?', 'a.', ?)",
+        (json.dumps(payload),),
+    )
+    conn.commit()
+    conn.close()
+    store = ReviewStore(path)
+    assert store.schema_version == 2
+    item = store.get("old1")
+    assert item.question == "q?" and item.confidence == 0.3 and item.passages == [{"doc_id": "d"}]
+    assert item.reasons == ["low"] and item.deadline > 5.0 and item.status is Status.PENDING
+    store.claim("old1", "ann")
+    store.close()
+    reopened = ReviewStore(path)  # migrating twice is a no-op
+    assert reopened.get("old1").assignee == "ann"
+    reopened.close()
+
+
+def test_postgresql_paramstyle_translation() -> None:
+    class Raw:
+        def execute(self, sql: str, params: tuple[object, ...]) -> None:
+            self.sql, self.params = sql, params
+
+    raw = Raw()
+    Cursor(raw, translate=True).execute(
+        "SELECT a FROM t WHERE b = ? AND c LIKE '5%' AND d = ?", (1, 2)
+    )
+    assert raw.sql == "SELECT a FROM t WHERE b = %s AND c LIKE '5%%' AND d = %s"

@@ -1,0 +1,141 @@
+"""The reviewer's page in a real browser: headless Chromium driven by Playwright, against the real
+server (uvicorn on a free port) with the real pipeline.
+
+Needs the ``playwright`` package (the ``dev`` extra) and a Chromium binary (Debian's
+``chromium``; Playwright's own browser downloads are not used). Skips, saying which is missing,
+where either is absent. ``RAGGUARD_UPDATE_SCREENSHOT=1`` refreshes docs/img/review-page.png.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from guards import Policy
+
+pytestmark = pytest.mark.browser
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = os.environ.get("RAGGUARD_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="playwright is not installed: pip install -e '.[dev]'"
+)
+if not Path(CHROMIUM).is_file():
+    pytest.skip(
+        f"no Chromium at {CHROMIUM}: apt-get install chromium (or set RAGGUARD_CHROMIUM)",
+        allow_module_level=True,
+    )
+
+
+@pytest.fixture
+def server(demo_pipeline) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    import uvicorn
+
+    from rag.server import create_app
+
+    demo_pipeline.checker.policy = Policy(abstain_below=0.0, review_below=1.0)  # all to review
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = uvicorn.Config(
+        create_app(pipeline=demo_pipeline), host="127.0.0.1", port=port, log_level="warning"
+    )
+    uv = uvicorn.Server(config)
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    for _ in range(200):
+        if uv.started:
+            break
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    uv.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture
+def page(server: str) -> Iterator[object]:
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        yield page
+        browser.close()
+
+
+def test_a_reviewer_edits_and_approves_flagged_answers_in_the_browser(server: str, page) -> None:  # type: ignore[no-untyped-def]
+    expect = sync_api.expect
+    ask = httpx.Client(base_url=server, timeout=120)
+    first = ask.post(
+        "/v1/ask", json={"question": "What does a KV cache avoid recomputing?", "max_tokens": 16}
+    ).json()
+    second = ask.post(
+        "/v1/ask", json={"question": "What is continuous batching?", "max_tokens": 16}
+    ).json()
+    assert first["decision"] == second["decision"] == "review"
+    # The queue puts the less confident answer first: edit that one, approve the other.
+    order = [i["id"] for i in ask.get("/v1/reviews").json()["items"]]
+    first, second = sorted((first, second), key=lambda r: order.index(r["review_id"]))
+
+    page.goto(server + "/review")
+    page.fill("#reviewer", "ann")
+    page.click("#who button[type=submit]")
+    expect(page.locator("#items li")).to_have_count(2)
+    expect(page.locator("#queue-count")).to_have_text("1–2 of 2")
+
+    # Open the first item by keyboard, claim it, edit the answer, rate it, save.
+    page.locator("body").press("Enter")
+    expect(page.locator("#item-question")).to_have_text(first["question"])
+    expect(page.locator("#item-passages mark").first).to_be_visible()  # cited sentence marked
+    expect(page.locator("#item-guards tbody tr").first).to_be_visible()
+    page.keyboard.press("c")
+    expect(page.locator("#item-meta")).to_contain_text("claimed by ann")
+    page.keyboard.press("e")
+    edited = "Reviewed: " + first["answer"]
+    page.fill("#edit-box", edited)
+    page.select_option("#r-relevance", "3")
+    page.select_option("#r-usefulness", "4")
+    page.fill("#r-comment", "the model's answer was cut off")
+    if os.environ.get("RAGGUARD_UPDATE_SCREENSHOT"):
+        page.screenshot(path=str(ROOT / "docs" / "img" / "review-page.png"), full_page=True)
+    page.locator("#edit-box").press("Control+Enter")
+    expect(page.locator("#toast")).to_have_text("edited answer saved")
+    expect(page.locator("#item-answer")).to_have_text(edited)
+    expect(page.locator("#audit")).to_contain_text("ann · edit → edited")
+    expect(page.locator("#audit")).to_contain_text("ann · claim → claimed")
+
+    # The second item: next in the queue (j), claim and approve with the keyboard.
+    expect(page.locator("#items li")).to_have_count(1)  # the pending filter drops the edited one
+    page.locator("body").press("Enter")
+    expect(page.locator("#item-question")).to_have_text(second["question"])
+    page.keyboard.press("c")
+    expect(page.locator("#approve")).to_be_enabled()
+    page.keyboard.press("a")
+    expect(page.locator("#toast")).to_have_text("approved")
+    expect(page.locator("#audit")).to_contain_text("ann · approve → approved")
+    expect(page.locator("#queue-count")).to_have_text("nothing here")
+
+    # Bad input shows the server's reason: resolving again is a 409.
+    page.locator("#approve").evaluate("b => b.disabled = false")
+    page.click("#approve")
+    expect(page.locator("#toast")).to_contain_text("409")
+
+    page.keyboard.press("?")
+    expect(page.locator("#help")).to_be_visible()
+
+    again = ask.post("/v1/ask", json={"question": first["question"].lower() + "  "}).json()
+    assert again["answer"] == edited and again["review_id"] == first["review_id"]
+    approved = ask.post("/v1/ask", json={"question": second["question"]}).json()
+    assert approved["answer"] == second["answer"] and approved["decision"] == "answer"
+    assert "approved by reviewer ann" in approved["decision_reasons"][0]
