@@ -66,7 +66,7 @@ from guards.kg import MOVIE_FUNCTIONAL_RELATIONS, MOVIE_RELATION_PHRASES, Verdic
 from guards.text import content_words, overlap
 from rag.documents import Document
 from rag.embed import Embedder
-from rag.evaluation.datasets import (
+from rag.eval.datasets import (
     QADataset,
     load_halueval,
     load_hotpotqa,
@@ -76,7 +76,7 @@ from rag.evaluation.datasets import (
     metaqa_kb_path,
     verdict_of,
 )
-from rag.evaluation.metrics import (
+from rag.eval.metrics import (
     answer_matches,
     area_under_risk_coverage,
     auroc,

@@ -67,13 +67,13 @@ class MetaQAQuestion:
 
 def _read_json(path: Path) -> Any:
     if not path.is_file():
-        raise DatasetNotFoundError(f"{path} not found (see rag.evaluation.datasets for the layout)")
+        raise DatasetNotFoundError(f"{path} not found (see rag.eval.datasets for the layout)")
     return json.loads(path.read_text(encoding="utf-8"))
 
 
 def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     if not path.is_file():
-        raise DatasetNotFoundError(f"{path} not found (see rag.evaluation.datasets for the layout)")
+        raise DatasetNotFoundError(f"{path} not found (see rag.eval.datasets for the layout)")
     with path.open(encoding="utf-8") as lines:
         for line in lines:
             if line.strip():
@@ -145,7 +145,7 @@ def load_halueval(data_dir: Path, limit: int | None = None) -> list[HaluEvalItem
 def metaqa_kb_path(data_dir: Path) -> Path:
     path = data_dir / METAQA / "kb" / "kb_reconstructed.txt"
     if not path.is_file():
-        raise DatasetNotFoundError(f"{path} not found (see rag.evaluation.datasets for the layout)")
+        raise DatasetNotFoundError(f"{path} not found (see rag.eval.datasets for the layout)")
     return path
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rag.evaluation.datasets import (
+from rag.eval.datasets import (
     DatasetNotFoundError,
     load_halueval,
     load_hotpotqa,
@@ -16,7 +16,7 @@ from rag.evaluation.datasets import (
     load_pubmedqa,
     verdict_of,
 )
-from rag.evaluation.metrics import (
+from rag.eval.metrics import (
     answer_matches,
     area_under_risk_coverage,
     auroc,
