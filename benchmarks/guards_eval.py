@@ -48,6 +48,7 @@ import torch
 
 from engine import EngineConfig, SamplingParams, build_generator
 from engine.hf_generator import HFGenerator
+from engine.outputs import CompletionOutput, FinishReason
 from guards import (
     Candidate,
     ConfidenceModel,
@@ -135,6 +136,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num-candidates", type=int, default=5, help="samples per question")
     parser.add_argument("--threads", type=int, default=8, help="questions asked at once")
     parser.add_argument("--save-confidence", type=Path, default=None)
+    parser.add_argument("--dump", type=Path, default=None, help="write end-to-end answers here")
+    parser.add_argument(
+        "--from-dump", type=Path, default=None, help="re-score these end-to-end answers"
+    )
     args = parser.parse_args(argv)
     unknown = set(args.sections.split(",")) - set(SECTIONS)
     if unknown:
@@ -458,18 +463,40 @@ def is_correct(dataset: QADataset, answer: str, golds: Sequence[str]) -> bool:
     return answer_matches(answer, golds)
 
 
-def run_end_to_end(args: argparse.Namespace, embedder: Embedder, generator: Any) -> dict[str, Any]:
-    loaders: dict[str, Callable[[Path, int | None], QADataset]] = {
-        "musique": load_musique,
-        "hotpotqa": load_hotpotqa,
-        "pubmedqa": load_pubmedqa,
-    }
-    rows: list[dict[str, float]] = []
-    labels: list[int] = []
-    groups: list[int] = []
-    names: list[str] = []
-    per_dataset: dict[str, Any] = {}
-    for d, (name, load) in enumerate(loaders.items()):
+E2E_LOADERS: dict[str, Callable[[Path, int | None], QADataset]] = {
+    "musique": load_musique,
+    "hotpotqa": load_hotpotqa,
+    "pubmedqa": load_pubmedqa,
+}
+
+
+def record_checks(checker: AnswerChecker) -> dict[str, dict[str, Any]]:
+    """What the checker is given for each question, keyed by question (instrumentation)."""
+    seen: dict[str, dict[str, Any]] = {}
+    check = checker.check
+
+    def capture(question, answer, candidates, passages, **kw):  # type: ignore[no-untyped-def]
+        seen[question] = {
+            "answer_index": candidates.index(answer),
+            "candidates": [
+                [c.text, c.logprobs, str(c.finish_reason), c.stop_reason] for c in candidates
+            ],
+            "passages": [[p.chunk_id, p.text, p.score] for p in passages],
+        }
+        return check(question, answer, candidates, passages, **kw)
+
+    checker.check = capture  # type: ignore[method-assign]
+    return seen
+
+
+def generate_end_to_end(
+    args: argparse.Namespace, embedder: Embedder, generator: Any
+) -> list[dict[str, Any]]:
+    """Ask every question through ``Pipeline.ask``; one record per question with what the
+    checker saw (answer, samples with their token logprobs, passages), so that the answers can
+    be re-scored by the guards without generating again (``--from-dump``)."""
+    records: list[dict[str, Any]] = []
+    for name, load in E2E_LOADERS.items():
         dataset = load(args.data_dir, args.limit)
         with tempfile.TemporaryDirectory(prefix="ragguard-eval-") as tmp:
             settings = Settings(
@@ -482,45 +509,77 @@ def run_end_to_end(args: argparse.Namespace, embedder: Embedder, generator: Any)
             )
             pipeline = Pipeline(settings, embedder, generator)
             pipeline.collections.get(name, create=True).ingest(dataset.documents)
-            started = time.perf_counter()
+            assert pipeline.checker is not None
+            seen = record_checks(pipeline.checker)
             questions = [e.question for e in dataset.examples]
             if dataset.answer_kind == "yes_no":
                 questions = [f"{q} Answer yes, no or maybe." for q in questions]
+            started = time.perf_counter()
             results = ask_all(pipeline, questions, args.threads)
             elapsed = time.perf_counter() - started
             pipeline.close()
-        declined = 0
-        answered_correct = []
-        for k, (example, result) in enumerate(zip(dataset.examples, results, strict=True)):
-            if result.confidence is None:  # declined or nothing retrieved: no answer to score
-                declined += 1
+        for example, question, result in zip(dataset.examples, questions, results, strict=True):
+            records.append(
+                {
+                    "dataset": name,
+                    "id": example.id,
+                    "question": question,
+                    "golds": list(example.answers),
+                    "answer": result.answer,
+                    "correct": is_correct(dataset, result.answer, example.answers),
+                    "declined": result.confidence is None,
+                    "seconds_per_question": elapsed / len(questions),
+                    **seen.get(result.question, {}),
+                }
+            )
+    return records
+
+
+def score_end_to_end(
+    records: list[dict[str, Any]], embedder: Embedder, num_candidates: int
+) -> tuple[dict[str, Any], list[dict[str, float]], list[int]]:
+    """The product's checker on each recorded answer; AUROC and risk-coverage of the confidence
+    (prior weights and cross-fitted) against the answer's mean token logprob."""
+    with tempfile.TemporaryDirectory(prefix="ragguard-eval-") as tmp:
+        settings = Settings(index_dir=Path(tmp) / "i", data_dir=Path(tmp) / "d")
+        checker = AnswerChecker(settings, embedder)
+        rows, labels, groups, names = [], [], [], []
+        for k, r in enumerate(records):
+            if r["declined"] or "candidates" not in r:
                 continue
-            ok = is_correct(dataset, result.answer, example.answers)
-            rows.append(result.confidence_signals)
-            labels.append(int(ok))
-            groups.append(d * 100_000 + k)
-            names.append(name)
-            answered_correct.append(ok)
-        per_dataset[name] = {
-            "num_questions": len(dataset.examples),
-            "declined": declined,
-            "accuracy_of_answered": float(np.mean(answered_correct)) if answered_correct else 0.0,
-            "seconds": elapsed,
-        }
+            candidates = [
+                CompletionOutput(i, text, [], logprobs, FinishReason(finish), stop)
+                for i, (text, logprobs, finish, stop) in enumerate(r["candidates"])
+            ]
+            passages = [Passage(cid, cid, text, score) for cid, text, score in r["passages"]]
+            checked = checker.check(
+                r["question"], candidates[r["answer_index"]], candidates, passages
+            )
+            rows.append(checked.signals)
+            labels.append(int(r["correct"]))
+            groups.append(k)
+            names.append(r["dataset"])
+        checker.close()
     prior = ConfidenceModel.prior()
     prior_scores = [prior.score(r) for r in rows]
     fitted = cross_fitted(rows, labels, groups)
     logprob = [r["token_prob"] for r in rows]
-    for name in per_dataset:
+    per_dataset: dict[str, Any] = {}
+    for name in dict.fromkeys(r["dataset"] for r in records):
+        mine = [r for r in records if r["dataset"] == name]
         idx = [i for i, n in enumerate(names) if n == name]
         y = [labels[i] for i in idx]
-        per_dataset[name].update(
-            auroc_prior=auroc([prior_scores[i] for i in idx], y),
-            auroc_fitted=auroc([fitted[i] for i in idx], y),
-            auroc_mean_logprob=auroc([logprob[i] for i in idx], y),
-        )
+        per_dataset[name] = {
+            "num_questions": len(mine),
+            "declined": sum(r["declined"] for r in mine),
+            "accuracy_of_answered": float(np.mean(y)) if y else 0.0,
+            "seconds_per_question": mine[0]["seconds_per_question"],
+            "auroc_prior": auroc([prior_scores[i] for i in idx], y),
+            "auroc_fitted": auroc([fitted[i] for i in idx], y),
+            "auroc_mean_logprob": auroc([logprob[i] for i in idx], y),
+        }
     record: dict[str, Any] = {
-        "num_candidates": args.num_candidates,
+        "num_candidates": num_candidates,
         "datasets": per_dataset,
         "num_answers": len(rows),
         "accuracy": float(np.mean(labels)) if labels else 0.0,
@@ -538,11 +597,22 @@ def run_end_to_end(args: argparse.Namespace, embedder: Embedder, generator: Any)
         ],
         "target_auroc": 0.75,
     }
+    return record, rows, labels
+
+
+def run_end_to_end(args: argparse.Namespace, embedder: Embedder, generator: Any) -> dict[str, Any]:
+    if args.from_dump:
+        records = [json.loads(line) for line in args.from_dump.read_text().splitlines()]
+    else:
+        records = generate_end_to_end(args, embedder, generator)
+        if args.dump:
+            args.dump.write_text("".join(json.dumps(r) + "\n" for r in records))
+    record, rows, labels = score_end_to_end(records, embedder, args.num_candidates)
     if args.save_confidence and len(set(labels)) == 2:
         model = ConfidenceModel.fit(rows, labels)
         model.notes.update(
             {
-                "data": "musique, hotpotqa, pubmedqa (ragguard benchmarks/guards_eval.py)",
+                "data": "musique, hotpotqa, pubmedqa (benchmarks/guards_eval.py end_to_end)",
                 "num_candidates": float(args.num_candidates),
                 "cross_fitted_auroc": record["auroc_fitted"],
                 "cross_fitted_ece": record["ece_fitted"],

@@ -82,7 +82,13 @@ class AnswerChecker:
         self.policy = Policy(
             abstain_below=settings.abstain_below, review_below=settings.review_below
         )
+        self._owns_reviews = reviews is None
         self.reviews = reviews if reviews is not None else open_review_store(settings)
+
+    def close(self) -> None:
+        """Close the review store if this checker opened it (a given one stays open)."""
+        if self._owns_reviews:
+            self.reviews.close()
 
     @staticmethod
     def _load_graph(settings: Settings) -> KnowledgeGraph | None:
