@@ -11,11 +11,13 @@ from guards.review.models import CachedAnswer, ReviewItem, normalise_question
 
 
 def put(cur: Cursor, item: ReviewItem, reviewer: str, now: float) -> None:
-    """Remember ``item``'s final answer for its question and index (replacing an older one)."""
+    """Remember ``item``'s final answer for its question on the index version it was asked on
+    (replacing an earlier review of the same; an item from an older version of the index never
+    displaces the answer for the current one)."""
     cur.execute(
         "INSERT INTO answer_cache VALUES (?, ?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT (question_key, index_name) DO UPDATE SET "
-        "index_version = excluded.index_version, answer = excluded.answer, "
+        "ON CONFLICT (question_key, index_name, index_version) DO UPDATE SET "
+        "answer = excluded.answer, "
         "review_id = excluded.review_id, reviewer = excluded.reviewer, "
         "created_at = excluded.created_at",
         (

@@ -11,7 +11,7 @@ import re
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +86,12 @@ class Database:
             except BaseException:
                 raw.execute("ROLLBACK")
                 raise
-            raw.execute("COMMIT")
+            try:
+                raw.execute("COMMIT")
+            except BaseException:
+                with suppress(Exception):  # leave no open transaction behind a failed commit
+                    raw.execute("ROLLBACK")
+                raise
 
     @contextmanager
     def read(self) -> Iterator[Cursor]:

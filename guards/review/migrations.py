@@ -113,7 +113,7 @@ def _v2_workflow(db: Database, cur: Cursor) -> None:
             review_id TEXT NOT NULL,
             reviewer TEXT NOT NULL,
             created_at DOUBLE PRECISION NOT NULL,
-            PRIMARY KEY (question_key, index_name)
+            PRIMARY KEY (question_key, index_name, index_version)
         )"""
     )
     cur.execute("CREATE INDEX review_queue ON review_items(status, priority, created_at)")

@@ -74,12 +74,16 @@ class KeyStore:
         )
         self._lock = threading.Lock()
         self._file_keys = _read_keys_file(keys_file) if keys_file else []
+        self._required = bool(self._all())
+        """Latched: once a key has existed, revoking the last one does not switch auth off
+        (every request then gets 401 until a key is created or the server restarts)."""
 
     def create(self, name: str, role: Role) -> str:
         """A new key for ``name``; the only time the key itself is seen."""
         if not name or len(name) > 64 or not name.replace("-", "").replace("_", "").isalnum():
             raise InvalidInputError("a key name is 1-64 letters, digits, '-' or '_'")
         key = KEY_PREFIX + secrets.token_urlsafe(32)
+        self._required = True
         with self._lock:
             try:
                 self._conn.execute(
@@ -108,8 +112,8 @@ class KeyStore:
 
     @property
     def is_enabled(self) -> bool:
-        """Authentication is on as soon as one key exists."""
-        return bool(self._all())
+        """Authentication is on as soon as one key exists, and stays on."""
+        return self._required or bool(self._all())
 
     def verify(self, key: str) -> Principal | None:
         digest = hash_key(key)
@@ -155,6 +159,7 @@ def require(role: Role) -> Callable[[Request], Principal]:
         if keys is None:
             raise NotReadyError("the server is starting; retry shortly")
         if not keys.is_enabled:  # loopback-only development mode
+            _refuse_foreign_browser_requests(request)
             name = request.headers.get("x-reviewer", "").strip()[:64] or "local"
             return Principal(name, Role.ADMIN)
         key = presented_key(request)
@@ -174,6 +179,36 @@ def require(role: Role) -> Callable[[Request], Principal]:
         return principal
 
     return dependency
+
+
+_LOCAL_HOST_NAMES = ("localhost", "127.0.0.1", "[::1]", "testserver")
+"""Host headers served without keys ("testserver" is the ASGI test client's; no public DNS
+name can be it)."""
+
+
+def _host_name(header: str) -> str:
+    """The name of a Host header without its port ("[::1]:8000" -> "[::1]")."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[: header.find("]") + 1]
+    return header.rsplit(":", 1)[0]
+
+
+def _refuse_foreign_browser_requests(request: Request) -> None:
+    """Without keys every local caller is an admin, so a web page must not be able to act as
+    one: a request addressed to another host name (DNS rebinding) or sent by a browser from
+    another site (cross-site request forgery) is refused."""
+    host = _host_name(request.headers.get("host", ""))
+    if host not in _LOCAL_HOST_NAMES:
+        raise PermissionDeniedError(
+            f"authentication is off, so only requests addressed to localhost are served "
+            f"(Host: {host or 'none'}); create an API key to serve other names"
+        )
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        raise PermissionDeniedError(
+            "authentication is off, so requests from other web sites are refused"
+        )
 
 
 def is_loopback(host: str) -> bool:

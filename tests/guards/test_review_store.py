@@ -254,6 +254,18 @@ def test_approved_answers_are_cached_per_index_version(store: ReviewStore) -> No
     assert normalise_question(" Who  BUILT it?? ") == "who built it"
 
 
+def test_approving_an_item_from_an_older_index_keeps_the_current_answer(
+    store: ReviewStore,
+) -> None:
+    old = store.add(flagged("Who built it?", index_version="v1", answer="Old answer."))
+    new = store.add(flagged("Who built it?", index_version="v2", answer="New answer."))
+    for item in (new, old):  # the stale item is approved last
+        store.claim(item.id, "ann")
+        store.resolve(item.id, "ann", Action.APPROVE)
+    current = store.cached_answer("Who built it?", "demo", "v2")
+    assert current is not None and current.answer == "New answer."
+
+
 def test_gold_items_are_mixed_in_and_score_reviewers(tmp_path: Path) -> None:
     store = ReviewStore(tmp_path / "g.sqlite", gold_rate=0.25)
     right = store.add_gold("Capital of France?", "Paris.", is_correct=True)

@@ -313,6 +313,23 @@ def test_api_keys_and_roles(client: TestClient) -> None:
     assert client.post("/v1/ask", headers=app, json={"question": QUESTION}).status_code == 401
     assert client.get("/healthz").status_code == 200 and client.get("/review").status_code == 200
     assert keys.verify(reviewer_key) is not None and keys.verify(reviewer_key[:-1]) is None
+    # Revoking every key does not switch authentication off while the server runs.
+    for name in ("ann", "root"):
+        assert client.delete(f"/v1/keys/{name}", headers=admin).status_code in (204, 401)
+    assert keys.list_keys() == [] and keys.is_enabled
+    assert client.get("/v1/reviews").status_code == 401
+
+
+def test_without_keys_web_pages_elsewhere_cannot_act_as_admin(client: TestClient) -> None:
+    item_id = queued(client)
+    forged = client.post(f"/v1/reviews/{item_id}/claim", headers={"sec-fetch-site": "cross-site"})
+    assert forged.status_code == 403 and "other web sites" in forged.json()["detail"]
+    rebound = client.get("/v1/reviews", headers={"host": "attacker.example:8000"})
+    assert rebound.status_code == 403 and "addressed to localhost" in rebound.json()["detail"]
+    page = {"sec-fetch-site": "same-origin", "host": "127.0.0.1:8000"}
+    assert client.post(f"/v1/reviews/{item_id}/claim", headers=page).status_code == 200
+    assert client.get("/v1/reviews", headers={"host": "[::1]:8000"}).status_code == 200
+    assert client.get("/v1/reviews", params={"offset": 10**30}).status_code == 422
 
 
 def test_serving_beyond_loopback_needs_keys(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ router = APIRouter(prefix="/v1/keys", tags=["keys"])
 
 
 @router.post("", response_model=NewKeyOut, status_code=201)
-async def create_key(body: KeyIn, keys: KeysDep) -> NewKeyOut:
+def create_key(body: KeyIn, keys: KeysDep) -> NewKeyOut:
     """A new key; the response is the only time it is shown."""
     key = keys.create(body.name, Role(body.role))
     info = next(k for k in keys.list_keys() if k.name == body.name)
@@ -20,7 +20,7 @@ async def create_key(body: KeyIn, keys: KeysDep) -> NewKeyOut:
 
 
 @router.get("", response_model=list[KeyOut])
-async def list_keys(keys: KeysDep) -> list[KeyOut]:
+def list_keys(keys: KeysDep) -> list[KeyOut]:
     """Names and roles (never the keys)."""
     return [
         KeyOut(name=k.name, role=k.role.value, created_at=k.created_at) for k in keys.list_keys()
@@ -28,6 +28,6 @@ async def list_keys(keys: KeysDep) -> list[KeyOut]:
 
 
 @router.delete("/{name}", status_code=204)
-async def revoke_key(name: str, keys: KeysDep) -> Response:
+def revoke_key(name: str, keys: KeysDep) -> Response:
     keys.revoke(name)
     return Response(status_code=204)

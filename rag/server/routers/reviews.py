@@ -10,7 +10,6 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
-from starlette.concurrency import run_in_threadpool
 
 from guards.review import Action, ReviewItem, ReviewStore, Status, queue_stats
 from rag.server.auth import Principal, Role, require
@@ -45,7 +44,7 @@ def _out(store: ReviewStore, item: ReviewItem, who: Principal, *, audit: bool = 
 
 
 @router.get("", response_model=ReviewList, responses=_ERRORS)
-async def list_reviews(
+def list_reviews(
     store: ReviewsDep,
     who: Reviewer,
     status: Annotated[
@@ -62,12 +61,11 @@ async def list_reviews(
         float | None, Query(ge=0, description="queued at most this long ago")
     ] = None,
     overdue: Annotated[bool | None, Query(description="past the deadline and still open")] = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**31)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> ReviewList:
     """Items matching every filter: open ones most urgent first, resolved ones newest first."""
-    items, total = await run_in_threadpool(
-        store.list_items,
+    items, total = store.list_items(
         status=status,
         reason=reason,
         assignee=assignee,
@@ -90,19 +88,19 @@ async def list_reviews(
 
 
 @router.get("/me", responses=_ERRORS)
-async def whoami(who: Reviewer) -> dict[str, str]:
+def whoami(who: Reviewer) -> dict[str, str]:
     """The caller as the review API sees them: the key's name (or X-Reviewer) and role."""
     return {"name": who.name, "role": who.role.value}
 
 
 @router.get("/stats", response_model=StatsOut, responses=_ERRORS)
-async def review_stats(store: ReviewsDep, who: Reviewer) -> StatsOut:
+def review_stats(store: ReviewsDep, who: Reviewer) -> StatsOut:
     """Counts by status, overdue items, agreement between reviewers, per-reviewer figures."""
-    return StatsOut.from_stats(await run_in_threadpool(queue_stats, store))
+    return StatsOut.from_stats(queue_stats(store))
 
 
 @router.get("/export", responses={200: {"content": {"application/x-ndjson": {}, "text/csv": {}}}})
-async def export_reviews(
+def export_reviews(
     store: ReviewsDep,
     who: Reviewer,
     format: Annotated[Literal["jsonl", "csv"], Query()] = "jsonl",
@@ -140,13 +138,20 @@ _CSV_FIELDS = [
 ]  # fmt: skip
 
 
+def _inert(value: Any) -> Any:
+    """A text cell a spreadsheet would run as a formula, quoted so that it stays text."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
 def to_csv(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=_CSV_FIELDS, extrasaction="ignore")
     writer.writeheader()
     for row in rows:
         row = {**row, "reasons": "; ".join(row["reasons"]), "ratings": json.dumps(row["ratings"])}
-        writer.writerow(row)
+        writer.writerow({k: _inert(v) for k, v in row.items()})
         yield buffer.getvalue()
         buffer.seek(0)
         buffer.truncate()
@@ -154,55 +159,48 @@ def to_csv(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
 
 
 @router.post("/next", response_model=ReviewOut | None, responses=_ERRORS)
-async def claim_next(
-    store: ReviewsDep, who: Reviewer, body: ClaimIn | None = None
-) -> ReviewOut | None:
+def claim_next(store: ReviewsDep, who: Reviewer, body: ClaimIn | None = None) -> ReviewOut | None:
     """Claim the most urgent claimable item; null when the queue is empty."""
     ttl = body.ttl_s if body else None
-    item = await run_in_threadpool(store.claim_next, who.name, ttl_s=ttl)
+    item = store.claim_next(who.name, ttl_s=ttl)
     return None if item is None else _out(store, item, who, audit=True)
 
 
 @router.post("/gold", status_code=201, responses=_ERRORS)
-async def add_gold(body: GoldIn, store: ReviewsDep, who: Admin) -> dict[str, str]:
+def add_gold(body: GoldIn, store: ReviewsDep, who: Admin) -> dict[str, str]:
     """Add a gold item (a question with a known answer) to score reviewers with."""
-    gold_id = await run_in_threadpool(
-        store.add_gold, body.question, body.answer, is_correct=body.correct
-    )
+    gold_id = store.add_gold(body.question, body.answer, is_correct=body.correct)
     return {"id": gold_id}
 
 
 @router.get("/{item_id}", response_model=ReviewOut, responses=_ERRORS)
-async def get_review(item_id: str, store: ReviewsDep, who: Reviewer) -> ReviewOut:
+def get_review(item_id: str, store: ReviewsDep, who: Reviewer) -> ReviewOut:
     """One item with its passages (cited sentences marked), guard verdicts and audit trail."""
-    item = await run_in_threadpool(store.get, item_id)
+    item = store.get(item_id)
     return _out(store, item, who, audit=True)
 
 
 @router.post("/{item_id}/claim", response_model=ReviewOut, responses=_ERRORS)
-async def claim(
-    item_id: str, store: ReviewsDep, who: Reviewer, body: ClaimIn | None = None
-) -> ReviewOut:
+def claim(item_id: str, store: ReviewsDep, who: Reviewer, body: ClaimIn | None = None) -> ReviewOut:
     """Reserve the item until the claim expires; claiming again renews it. 409 when another
     reviewer holds it or it is resolved."""
     ttl = body.ttl_s if body else None
-    item = await run_in_threadpool(store.claim, item_id, who.name, ttl_s=ttl)
+    item = store.claim(item_id, who.name, ttl_s=ttl)
     return _out(store, item, who, audit=True)
 
 
 @router.post("/{item_id}/release", response_model=ReviewOut, responses=_ERRORS)
-async def release(item_id: str, store: ReviewsDep, who: Reviewer) -> ReviewOut:
+def release(item_id: str, store: ReviewsDep, who: Reviewer) -> ReviewOut:
     """Give the item back to the queue."""
-    item = await run_in_threadpool(store.release, item_id, who.name)
+    item = store.release(item_id, who.name)
     return _out(store, item, who, audit=True)
 
 
 @router.post("/{item_id}/resolve", response_model=ReviewOut, responses=_ERRORS)
-async def resolve(item_id: str, body: ResolveIn, store: ReviewsDep, who: Reviewer) -> ReviewOut:
+def resolve(item_id: str, body: ResolveIn, store: ReviewsDep, who: Reviewer) -> ReviewOut:
     """Approve, edit, reject or escalate an item you hold a live claim on. An approved or edited
     answer is what the same question gets from then on (until the index changes)."""
-    item = await run_in_threadpool(
-        store.resolve,
+    item = store.resolve(
         item_id,
         who.name,
         Action(body.action),
@@ -213,9 +211,7 @@ async def resolve(item_id: str, body: ResolveIn, store: ReviewsDep, who: Reviewe
 
 
 @router.post("/{item_id}/rate", response_model=ReviewOut, responses=_ERRORS)
-async def rate(item_id: str, body: RateIn, store: ReviewsDep, who: Reviewer) -> ReviewOut:
+def rate(item_id: str, body: RateIn, store: ReviewsDep, who: Reviewer) -> ReviewOut:
     """A second opinion on a resolved item: ratings for inter-reviewer agreement."""
-    item = await run_in_threadpool(
-        store.rate, item_id, who.name, body.ratings.to_ratings(body.comment)
-    )
+    item = store.rate(item_id, who.name, body.ratings.to_ratings(body.comment))
     return _out(store, item, who, audit=True)
