@@ -69,7 +69,9 @@ class Settings(BaseSettings):
         None, description="fitted confidence model (JSON); empty = uncalibrated prior weights"
     )
     abstain_below: float = Field(0.2, ge=0.0, le=1.0, description="abstain under this confidence")
-    review_below: float = Field(0.5, ge=0.0, le=1.0, description="send to review under this")
+    review_below: float = Field(
+        0.7, ge=0.0, le=1.0, description="send to review under this (chosen on HaluEval)"
+    )
     data_dir: Path = Field(Path("data"), description="review queue and other durable state")
 
     # Human review
