@@ -250,6 +250,10 @@ def run_halueval(args: argparse.Namespace, embedder: Embedder, hf: HFGenerator) 
             "auroc": auroc(scores, labels),
             "flag_f1": flag_f1(scores, labels, groups),
         }
+    hallucinated = [y == 0 for y in labels]
+    record["prior_review_flag_f1_by_threshold"] = {
+        t: f1_score([s < t for s in ours["prior"]], hallucinated) for t in (0.3, 0.5, 0.7)
+    }
     best = max(baselines, key=lambda b: record[b]["auroc"])
     record["best_baseline"] = best
     record["fitted_minus_best_baseline_auroc"] = record["fitted"]["auroc"] - record[best]["auroc"]
