@@ -163,6 +163,9 @@ MIGRATIONS: list[Migration] = [
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 
+MIGRATION_LOCK_ID = 0x72616767  # "ragg": one migrating server at a time on PostgreSQL
+
+
 def current_version(db: Database, cur: Cursor) -> int:
     if db.table_exists(cur, "schema_version"):
         row = cur.execute("SELECT MAX(version) FROM schema_version").fetchone()
@@ -177,6 +180,8 @@ def migrate(db: Database) -> int:
     """Apply every migration the database lacks; returns the version it ends at."""
     for migration in MIGRATIONS:
         with db.transaction() as cur:
+            if db.dialect == "postgresql":  # SQLite's BEGIN IMMEDIATE already serialises this
+                cur.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK_ID,))
             if current_version(db, cur) >= migration.version:
                 continue  # checked inside the write transaction: two processes never both apply
             logger.info(

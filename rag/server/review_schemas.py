@@ -197,9 +197,9 @@ class ReviewerStatsOut(BaseModel):
     reviewer: str
     num_resolved: int
     by_action: dict[str, int]
-    num_gold: int
-    num_gold_correct: int
-    gold_accuracy: float | None
+    num_gold: int | None = Field(None, description="gold items resolved (admins only)")
+    num_gold_correct: int | None = None
+    gold_accuracy: float | None = None
     mean_ratings: dict[str, float | None]
     median_resolve_s: float | None
 
@@ -214,14 +214,23 @@ class StatsOut(BaseModel):
     reviewers: list[ReviewerStatsOut]
 
     @classmethod
-    def from_stats(cls, stats: QueueStats) -> StatsOut:
+    def from_stats(cls, stats: QueueStats, *, show_gold: bool = False) -> StatsOut:
+        """``show_gold``: the gold-item figures, which would tell a reviewer which items were
+        gold (resolve one, see the count move), are for admins only."""
+        hidden = {} if show_gold else {"num_gold": None, "num_gold_correct": None}
         return cls(
             by_status=stats.by_status,
             num_overdue=stats.num_overdue,
             num_multiply_rated=stats.num_multiply_rated,
             agreement=stats.agreement,
             reviewers=[
-                ReviewerStatsOut(gold_accuracy=r.gold_accuracy, **asdict(r))
+                ReviewerStatsOut(
+                    **{
+                        **asdict(r),
+                        "gold_accuracy": r.gold_accuracy if show_gold else None,
+                        **hidden,
+                    }
+                )
                 for r in stats.reviewers
             ],
         )

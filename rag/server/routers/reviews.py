@@ -96,7 +96,7 @@ def whoami(who: Reviewer) -> dict[str, str]:
 @router.get("/stats", response_model=StatsOut, responses=_ERRORS)
 def review_stats(store: ReviewsDep, who: Reviewer) -> StatsOut:
     """Counts by status, overdue items, agreement between reviewers, per-reviewer figures."""
-    return StatsOut.from_stats(queue_stats(store))
+    return StatsOut.from_stats(queue_stats(store), show_gold=who.role is Role.ADMIN)
 
 
 @router.get("/export", responses={200: {"content": {"application/x-ndjson": {}, "text/csv": {}}}})
