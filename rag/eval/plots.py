@@ -30,10 +30,12 @@ def _png(fig: Any) -> bytes:
     return buffer.getvalue()
 
 
-def reliability_diagram(bins: Mapping[str, Sequence[Sequence[float]]]) -> bytes | None:
+def reliability_diagram(
+    bins: Mapping[str, Sequence[Sequence[float]]], title: str = "Reliability diagram"
+) -> bytes | None:
     """Accuracy against mean confidence per confidence bin (rows: lower, upper, count, mean
     confidence, accuracy); marker area follows the bin's size. The diagonal is perfect
-    calibration."""
+    calibration. Legend labels may carry each configuration's ECE."""
     if not any(bins.values()):
         return None
     plt = _pyplot()
@@ -47,7 +49,7 @@ def reliability_diagram(bins: Mapping[str, Sequence[Sequence[float]]]) -> bytes 
             (line,) = ax.plot(x, y, marker="", linewidth=1.5, label=name)
             ax.scatter(x, y, s=sizes, color=line.get_color(), alpha=0.8)
     ax.set(xlim=(0, 1), ylim=(0, 1.02), xlabel="confidence", ylabel="accuracy")
-    ax.set_title("Reliability diagram")
+    ax.set_title(title)
     ax.legend(loc="upper left", fontsize=8)
     return _png(fig)
 

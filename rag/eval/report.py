@@ -179,14 +179,21 @@ def _failures_table(config: dict[str, Any]) -> str:
 
 
 def _plots(configs: list[dict[str, Any]], latencies: dict[str, list[float]]) -> str:
-    def per_config(*path: str) -> dict[str, Any]:
-        return {c["name"]: _get(*path)(c["metrics"]) or [] for c in configs}
+    def per_config(section: str, key: str) -> dict[str, Any]:
+        return {c["name"]: _get(section, key)(c["metrics"]) or [] for c in configs}
 
+    def with_ece(section: str) -> dict[str, Any]:
+        return {
+            f"{c['name']} (ECE {_fmt(_get(section, 'ece')(c['metrics']))})": bins
+            for c, bins in zip(configs, per_config(section, "reliability").values(), strict=True)
+        }
+
+    labelled_title = "Reliability diagram (labelled answers)"
     images = [
-        _img(plots.reliability_diagram(per_config("confidence", "reliability")), "reliability"),
+        _img(plots.reliability_diagram(with_ece("confidence")), "reliability"),
         _img(plots.risk_coverage_curve(per_config("confidence", "risk_coverage")), "risk-coverage"),
         _img(
-            plots.reliability_diagram(per_config("labelled", "reliability")), "labelled reliability"
+            plots.reliability_diagram(with_ece("labelled"), labelled_title), "labelled reliability"
         ),
         _img(plots.latency_histogram(latencies), "latency histogram"),
         _img(
