@@ -274,3 +274,81 @@ def test_bad_input_fails_with_what_to_do(
     assert "neither a JSONL file nor a built-in set" in capsys.readouterr().err
     assert main(["eval", "set.jsonl", "--index", "tiny", "--out", "x", "--limit", "0"]) == 2
     assert not (workspace / "x").exists()
+
+
+def fake_metaqa(root: Path) -> Path:
+    """The MetaQA layout in miniature: a graph of three movies, their plots, two questions."""
+    kb = root / "metaqa_wikimovies" / "kb"
+    kb.mkdir(parents=True)
+    (kb / "kb_reconstructed.txt").write_text(
+        "Kismet|directed_by|William Dieterle\nKismet|release_year|1944\n"
+        "Blade Runner|directed_by|Ridley Scott\nBlade Runner|starred_actors|Harrison Ford\n"
+        "Alien|directed_by|Ridley Scott\nAlien|release_year|1979\n"
+    )
+    corpus = root / "metaqa_wikimovies" / "corpus"
+    corpus.mkdir()
+    plots = [("plot-0", "Kismet", "a beggar schemes to marry his daughter to royalty in baghdad")]
+    (corpus / "omdb_plots.jsonl").write_text(
+        "".join(
+            json.dumps({"doc_id": d, "kb_movie_entities": [m], "text": t}) + "\n"
+            for d, m, t in plots
+        )
+    )
+    qa = root / "metaqa_wikimovies" / "qa"
+    qa.mkdir()
+    questions = [
+        {
+            "id": "q0",
+            "question": "who directed [Kismet]",
+            "topic_entity": "Kismet",
+            "answers": ["William Dieterle"],
+            "implied_triples": [["Kismet", "directed_by", "William Dieterle"]],
+            "kb_supported": True,
+        },
+        {
+            "id": "q1",
+            "question": "when was [Alien] released",
+            "topic_entity": "Alien",
+            "answers": ["1979"],
+            "implied_triples": [["Alien", "release_year", "1979"]],
+            "kb_supported": True,
+        },
+        {
+            "id": "q2",
+            "question": "who wrote [Nothing]",
+            "topic_entity": "Nothing",
+            "answers": ["x"],
+            "kb_supported": False,
+        },
+    ]
+    (qa / "metaqa_1hop_test.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions))
+    return root
+
+
+def test_a_built_in_set_builds_its_index_and_checks_against_its_graph(
+    workspace: Path, embedder: Any, llm_engine: Any
+) -> None:
+    data = fake_metaqa(workspace / "data")
+    common: dict[str, Any] = {
+        "data_dir": data,
+        "configs": [EvalConfig("short", {"max_tokens": 12})],
+        "show_progress": False,
+        "embedder": embedder,
+        "generator": llm_engine,
+    }
+    results = evaluate("metaqa", workspace / "runs", **common)
+    assert results["index"]["name"] == "metaqa" and results["index"]["num_documents"] == 4
+    m = results["configs"][0]["metrics"]
+    assert m["counts"]["items"] == 2  # the question the graph cannot support is left out
+    assert m["retrieval"]["recall@10"] == 1.0
+    assert "knowledge_graph" in m["guards"]
+    exported = (workspace / "runs" / "dataset.jsonl").read_text().splitlines()
+    assert [json.loads(line)["gold_passage_ids"] for line in exported] in (
+        [["Kismet"], ["Alien"]],
+        [["Alien"], ["Kismet"]],
+    )
+    # the exported items re-run as a file against the index the first run built
+    again = evaluate(
+        workspace / "runs" / "dataset.jsonl", workspace / "again", index="metaqa", **common
+    )
+    assert again["configs"][0]["metrics"]["retrieval"] == m["retrieval"]
