@@ -17,6 +17,7 @@ SUMMARY = (
     ("accuracy", ("answers", "accuracy")),
     ("EM", ("answers", "exact_match")),
     ("F1", ("answers", "token_f1")),
+    ("wrong", ("answers", "wrong_answer_rate")),
     ("R@5", ("retrieval", "recall@5")),
     ("MRR", ("retrieval", "mrr@10")),
     ("answered", ("decisions", "answer_rate")),
@@ -24,6 +25,7 @@ SUMMARY = (
     ("AUROC", ("confidence", "auroc")),
     ("ECE", ("confidence", "ece")),
     ("AUROC(label)", ("labelled", "auroc")),
+    ("ECE(label)", ("labelled", "ece")),
     ("e2e p50 s", ("latency", "total_s", "p50")),
     ("tok/s", ("latency", "throughput_tokens_per_s")),
 )
