@@ -26,6 +26,7 @@ SUMMARY = (
     ("ECE", ("confidence", "ece")),
     ("AUROC(label)", ("labelled", "auroc")),
     ("ECE(label)", ("labelled", "ece")),
+    ("halluc.passed", ("labelled", "hallucinations_passed")),
     ("e2e p50 s", ("latency", "total_s", "p50")),
     ("tok/s", ("latency", "throughput_tokens_per_s")),
 )

@@ -53,9 +53,11 @@ ROWS: list[tuple[str, str, Getter]] = [
     ("Confidence", "mean confidence", _get("confidence", "mean_confidence")),
     ("Labelled answers", "AUROC (confidence vs label)", _get("labelled", "auroc")),
     ("Labelled answers", "ECE", _get("labelled", "ece")),
+    ("Labelled answers", "hallucinations let through", _get("labelled", "hallucinations_passed")),
+    ("Labelled answers", "right answers flagged", _get("labelled", "right_answers_flagged")),
     (
         "Labelled answers",
-        "right answers passed",
+        "share right among passed",
         _get("labelled", "decisions", "accuracy_answered"),
     ),
     ("Speed", "time to first token p50 (s)", _get("latency", "time_to_first_token_s", "p50")),

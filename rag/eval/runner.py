@@ -24,6 +24,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from engine.errors import EngineError
 from engine.outputs import CompletionOutput
 from guards import GuardResult, Outcome
 from rag.errors import InvalidInputError, RagGuardError
@@ -220,7 +221,7 @@ class Runner:
                 record["gold_ranks"] = gold_ranks(item, ranked)
             ask = self._check_given if item.is_labelled else self._generate
             record.update(ask(item))
-        except RagGuardError as exc:  # e.g. a question too long: recorded, the run goes on
+        except (RagGuardError, EngineError) as exc:  # e.g. a question too long: recorded
             record["error"] = str(exc)
         return record
 

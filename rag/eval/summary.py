@@ -230,7 +230,16 @@ def summarise(
         "errors": [{"id": r["id"], "error": r["error"]} for _, r in done if "error" in r][:20],
     }
     if labelled:
-        summary["labelled"] = (summary["labelled"] or {}) | {
-            "decisions": decision_metrics(labelled)
-        }
+        summary["labelled"] = (summary["labelled"] or {}) | label_decisions(labelled)
     return summary
+
+
+def label_decisions(pairs: list[tuple[EvalItem, dict[str, Any]]]) -> dict[str, Any]:
+    """What the policy did with right and with hallucinated given answers."""
+    right = [r["decision"] for item, r in pairs if item.label == 1]
+    wrong = [r["decision"] for item, r in pairs if item.label == 0]
+    return {
+        "decisions": decision_metrics(pairs),
+        "hallucinations_passed": _share([d == "answer" for d in wrong]),
+        "right_answers_flagged": _share([d != "answer" for d in right]),
+    }

@@ -128,6 +128,10 @@ def test_labelled_answers_and_known_wrong_answers() -> None:
     m = summarise(labelled, records)
     assert m["labelled"]["auroc"] == 0.75 and m["answers"] is None and m["confidence"] is None
     assert m["labelled"]["decisions"]["accuracy_answered"] == 0.5
+    assert (
+        m["labelled"]["hallucinations_passed"] == 1.0
+        and m["labelled"]["right_answers_flagged"] == 0.0
+    )
 
     rgb = [
         EvalItem("r", "Super Bowl 2021 location", ("Tampa",), wrong_answers=("Glendale, Arizona",))
