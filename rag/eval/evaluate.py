@@ -28,8 +28,8 @@ from typing import Any
 from rag.collection import check_index_name
 from rag.errors import IndexNotFoundError, InvalidInputError
 from rag.eval.config import DEFAULT_NAME, EvalConfig, embedder_key, engine_key
-from rag.eval.dataset import EvalItem, items_digest, read_items, write_items
-from rag.eval.prepare import BUILTIN, PreparedDataset, prepare
+from rag.eval.dataset import EvalItem, items_digest, write_items
+from rag.eval.prepare import PreparedDataset, Source, load_source
 from rag.eval.report import FORMAT_VERSION, write_report, write_results
 from rag.eval.runner import Runner, sessions
 from rag.eval.summary import summarise
@@ -40,34 +40,6 @@ logger = logging.getLogger(__name__)
 PACKAGES = ("ragguard", "torch", "transformers", "sentence-transformers", "numpy", "faiss-cpu")
 HIDDEN_SETTINGS = frozenset({"review_db", "api_keys", "data_dir", "host", "port", "log_level"})
 """Not reported: credentials may hide in a database URL, and the rest is not about answers."""
-
-
-@dataclass(slots=True)
-class Source:
-    """The items of a run and where they came from."""
-
-    name: str
-    items: list[EvalItem]
-    prepared: PreparedDataset | None = None
-
-
-def load_source(dataset: str | Path, data_dir: Path | None) -> Source:
-    """A JSONL file, or a built-in set read from ``data_dir``."""
-    path = Path(dataset)
-    if path.is_file():
-        return Source(path.stem, read_items(path))
-    if str(dataset) in BUILTIN:
-        if data_dir is None or not data_dir.is_dir():
-            raise InvalidInputError(
-                f"built-in dataset {dataset!r} is read from --data-dir, and {data_dir} is not a "
-                "folder; point --data-dir at the public data sets"
-            )
-        prepared = prepare(str(dataset), data_dir)
-        return Source(prepared.name, prepared.items, prepared)
-    raise InvalidInputError(
-        f"dataset {str(dataset)!r} is neither a JSONL file nor a built-in set "
-        f"({', '.join(BUILTIN)})"
-    )
 
 
 def versions(pipeline: Any) -> dict[str, str]:
@@ -105,6 +77,145 @@ class _Models:
         return pipeline
 
 
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """How the items are asked (the same for every configuration)."""
+
+    seed: int = 0
+    threads: int = 8
+    restart: bool = False
+    show_progress: bool = True
+    stop_after: int | None = None
+
+
+@dataclass(slots=True)
+class ConfigRun:
+    """One configuration's outcome: its entry in ``results.json`` and its latencies."""
+
+    entry: dict[str, Any]
+    latencies: list[float]
+    interrupted: bool
+
+
+class Evaluation:
+    """The items of one dataset asked under each configuration into one output folder."""
+
+    def __init__(
+        self,
+        source: Source,
+        items: list[EvalItem],
+        out_dir: Path,
+        base: dict[str, Any],
+        options: RunOptions,
+        models: _Models,
+        say: Callable[[str], None],
+    ):
+        self.source, self.items, self.out_dir = source, items, out_dir
+        self.base, self.options, self.models, self.say = base, options, models, say
+        self.digest = items_digest(source.items)
+        self.needs_index = any(not (item.is_labelled and item.passages) for item in items)
+        self.graph: Any = None
+        self.versions: dict[str, str] = {}
+
+    def index_of(self, config: EvalConfig) -> str | None:
+        """The index a configuration asks (a config may name its own, e.g. other chunking)."""
+        if not self.needs_index:
+            return None
+        name = config.overrides.get("index_name") or self.base.get("index_name")
+        return check_index_name(name or Settings(**self.base).index_name)
+
+    def check_indexes(self, configs: list[EvalConfig]) -> None:
+        """Before any model loads: a file dataset needs its indexes built already."""
+        if self.source.prepared is not None or not self.needs_index:
+            return
+        for config in configs:
+            settings = config.settings(self.base)
+            name = self.index_of(config)
+            if not VectorIndex.exists(settings.index_dir / str(name)):
+                raise IndexNotFoundError(
+                    f"index {name!r} does not exist under {settings.index_dir}: build it "
+                    f"with `ragguard ingest PATH --index {name}` (the documents the "
+                    "questions are about), or pass --index NAME of an existing one"
+                )
+
+    def run(self, config: EvalConfig, state_dir: Path) -> ConfigRun:
+        """Ask the configuration's remaining items, then summarise all of them."""
+        # Answers flagged for review go to a throwaway queue, never the deployment's.
+        index_name = self.index_of(config)
+        overrides = {"index_name": index_name} if index_name else {}
+        settings = config.settings({**self.base, **overrides, "data_dir": state_dir})
+        pipeline = self.models.pipeline(settings)
+        run_dir = self.out_dir / config.name
+        try:
+            index_info = self._prepare(pipeline, settings, index_name)
+            self.versions = self.versions or versions(pipeline)
+            o = self.options
+            runner = Runner(
+                pipeline, run_dir, index_name=index_name, threads=o.threads, seed=o.seed
+            )
+            fingerprint = {
+                "dataset": self.digest,
+                "config": config.overrides,
+                "index": index_name,
+                "seed": o.seed,
+            }
+            records = runner.open(fingerprint, restart=o.restart)
+            stats = runner.run(
+                self.items,
+                records,
+                stop_after=o.stop_after,
+                show_progress=o.show_progress,
+                desc=config.name,
+            )
+        finally:
+            pipeline.close()
+        elapsed = sum(s["elapsed_s"] for s in sessions(run_dir))
+        entry = {
+            "name": config.name,
+            "overrides": config.overrides,
+            "index": index_info,
+            "settings": _visible(settings),
+            "metrics": summarise(self.items, records, elapsed),
+        }
+        latencies = [
+            records[i.id]["timings"]["total_s"]
+            for i in self.items
+            if "total_s" in records.get(i.id, {}).get("timings", {})
+        ]
+        return ConfigRun(entry, latencies, stats.interrupted)
+
+    def _prepare(
+        self, pipeline: Any, settings: Settings, index_name: str | None
+    ) -> dict[str, Any] | None:
+        """Build a built-in set's index if needed, check against its graph; the index's info."""
+        prepared = self.source.prepared
+        if prepared is not None and index_name and prepared.documents:
+            _build_index(pipeline, index_name, prepared, self.say, self.options.show_progress)
+        if prepared and prepared.load_graph and settings.guards_enabled:
+            self.graph = self.graph or prepared.load_graph()
+            _check_against(pipeline, settings, self.graph)
+        if index_name is None:
+            return None
+        return asdict(pipeline.collections.get(index_name).info())
+
+    def header(self, dataset: str | Path, limit: int | None, command: str) -> dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "command": command,
+            "dataset": {
+                "name": self.source.name,
+                "source": str(dataset),
+                "num_items_total": len(self.source.items),
+                "num_items": len(self.items),
+                "limit": limit,
+                "seed": self.options.seed,
+                "digest": self.digest,
+            },
+            "threads": self.options.threads,
+        }
+
+
 def evaluate(
     dataset: str | Path,
     out_dir: Path,
@@ -125,103 +236,44 @@ def evaluate(
     say: Callable[[str], None] = logger.info,
 ) -> dict[str, Any]:
     """Run every configuration on the dataset (resuming what ``out_dir`` already holds) and write
-    the report; the results. ``embedder``/``generator`` reuse loaded models; ``stop_after``
-    ends each configuration's session after that many new items (as an interruption would)."""
+    the report; the results. ``embedder``/``generator`` reuse loaded models (they then serve
+    every configuration); ``stop_after`` ends each configuration's session after that many new
+    items (as an interruption would)."""
     if limit is not None and limit < 1:
         raise InvalidInputError(f"--limit must be at least 1, got {limit}")
+    if threads < 1:
+        raise InvalidInputError(f"--threads must be at least 1, got {threads}")
     source = load_source(dataset, data_dir)
-    items = source.items[:limit]
     configs = configs or [EvalConfig(DEFAULT_NAME)]
     base: dict[str, Any] = {"build_demo_index": False}
     if index_dir is not None:
         base["index_dir"] = index_dir
-    index_name = index or (source.name if source.prepared else None)
-    needs_index = any(not (item.is_labelled and item.passages) for item in items)
-    if needs_index:
-        index_name = check_index_name(index_name or Settings(**base).index_name)
-        base["index_name"] = index_name
-        _check_index(source, Settings(**base))
+    if index or source.prepared:
+        base["index_name"] = index or source.name
+    options = RunOptions(seed, threads, restart, show_progress, stop_after)
+    run = Evaluation(
+        source, source.items[:limit], out_dir, base, options, _Models(embedder, generator), say
+    )
+    run.check_indexes(configs)
     out_dir.mkdir(parents=True, exist_ok=True)
     if source.prepared is not None:
         write_items(source.items, out_dir / "dataset.jsonl")
-    models = _Models(embedder, generator)
-    digest = items_digest(source.items)
-    results: dict[str, Any] = {
-        "format_version": FORMAT_VERSION,
-        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": command,
-        "dataset": {
-            "name": source.name,
-            "source": str(dataset),
-            "num_items_total": len(source.items),
-            "num_items": len(items),
-            "limit": limit,
-            "seed": seed,
-            "digest": digest,
-        },
-        "threads": threads,
-        "index": None,
-        "versions": {},
-        "configs": [],
-        "interrupted": False,
-    }
-    latencies: dict[str, list[float]] = {}
-    graph = None
+    results = run.header(dataset, limit, command)
+    entries, latencies, interrupted = [], {}, False
     with tempfile.TemporaryDirectory(prefix="ragguard-eval-") as state:
         for config in configs:
-            # Answers flagged for review go to a throwaway queue, never the deployment's.
-            settings = config.settings({**base, "data_dir": Path(state) / config.name})
-            pipeline = models.pipeline(settings)
-            try:
-                if needs_index and source.prepared is not None and source.prepared.documents:
-                    _build_index(pipeline, index_name, source.prepared, say, show_progress)
-                prepared = source.prepared
-                if prepared and prepared.load_graph and settings.guards_enabled:
-                    graph = graph or prepared.load_graph()
-                    _check_against(pipeline, settings, graph)
-                if needs_index and results["index"] is None:
-                    results["index"] = asdict(pipeline.collections.get(index_name).info())
-                results["versions"] = results["versions"] or versions(pipeline)
-                runner = Runner(
-                    pipeline,
-                    out_dir / config.name,
-                    index_name=index_name,
-                    threads=threads,
-                    seed=seed,
-                )
-                fingerprint = {
-                    "dataset": digest,
-                    "config": config.overrides,
-                    "index": index_name,
-                    "seed": seed,
-                }
-                records = runner.open(fingerprint, restart=restart)
-                stats = runner.run(
-                    items,
-                    records,
-                    stop_after=stop_after,
-                    show_progress=show_progress,
-                    desc=config.name,
-                )
-            finally:
-                pipeline.close()
-            elapsed = sum(s["elapsed_s"] for s in sessions(out_dir / config.name))
-            results["configs"].append(
-                {
-                    "name": config.name,
-                    "overrides": config.overrides,
-                    "settings": _visible(settings),
-                    "metrics": summarise(items, records, elapsed),
-                }
-            )
-            latencies[config.name] = [
-                records[i.id]["timings"]["total_s"]
-                for i in items
-                if i.id in records and "total_s" in records[i.id].get("timings", {})
-            ]
-            if stats.interrupted:
-                results["interrupted"] = True
+            outcome = run.run(config, Path(state) / config.name)
+            entries.append(outcome.entry)
+            latencies[config.name] = outcome.latencies
+            if outcome.interrupted:
+                interrupted = True
                 break
+    results.update(
+        index=entries[0]["index"] if entries else None,
+        versions=run.versions,
+        configs=entries,
+        interrupted=interrupted,
+    )
     write_results(results, out_dir / "results.json")
     write_report(results, latencies, out_dir / "report.html")
     return results
@@ -239,27 +291,14 @@ def _visible(settings: Settings) -> dict[str, Any]:
     return {k: v for k, v in settings.model_dump(mode="json").items() if k not in HIDDEN_SETTINGS}
 
 
-def _check_index(source: Source, settings: Settings) -> None:
-    """Before any model loads: a file dataset needs its index built already."""
-    if source.prepared is not None:
-        return
-    if not VectorIndex.exists(settings.index_dir / settings.index_name):
-        raise IndexNotFoundError(
-            f"index {settings.index_name!r} does not exist under {settings.index_dir}: build it "
-            f"with `ragguard ingest PATH --index {settings.index_name}` (the documents the "
-            "questions are about), or pass --index NAME of an existing one"
-        )
-
-
 def _build_index(
     pipeline: Any,
-    name: str | None,
+    name: str,
     prepared: PreparedDataset,
     say: Callable[[str], None],
     show_progress: bool,
 ) -> None:
     """Build (or complete) a built-in set's index; unchanged documents are skipped."""
-    assert name is not None
     collection = pipeline.collections.get(name, create=True)
     if collection.info().num_documents >= len(prepared.documents):
         return

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from rag.documents import Document
 from rag.errors import InvalidInputError
 from rag.eval import datasets as ds
-from rag.eval.dataset import EvalItem
+from rag.eval.dataset import EvalItem, read_items
 
 if TYPE_CHECKING:
     from guards import KnowledgeGraph
@@ -201,3 +201,31 @@ def prepare(name: str, data_dir: Path) -> PreparedDataset:
             "or give the path of a JSONL file"
         )
     return BUILTIN[name](data_dir)
+
+
+@dataclass(slots=True)
+class Source:
+    """The items of a run and where they came from."""
+
+    name: str
+    items: list[EvalItem]
+    prepared: PreparedDataset | None = None
+
+
+def load_source(dataset: str | Path, data_dir: Path | None) -> Source:
+    """A JSONL file, or a built-in set read from ``data_dir``."""
+    path = Path(dataset)
+    if path.is_file():
+        return Source(path.stem, read_items(path))
+    if str(dataset) in BUILTIN:
+        if data_dir is None or not data_dir.is_dir():
+            raise InvalidInputError(
+                f"built-in dataset {dataset!r} is read from --data-dir, and {data_dir} is not a "
+                "folder; point --data-dir at the public data sets"
+            )
+        prepared = prepare(str(dataset), data_dir)
+        return Source(prepared.name, prepared.items, prepared)
+    raise InvalidInputError(
+        f"dataset {str(dataset)!r} is neither a JSONL file nor a built-in set "
+        f"({', '.join(BUILTIN)})"
+    )

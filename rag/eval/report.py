@@ -132,13 +132,17 @@ def _summary_table(configs: list[dict[str, Any]]) -> str:
 
 
 def _config_table(configs: list[dict[str, Any]]) -> str:
+    def index(c: dict[str, Any]) -> str:
+        info = c.get("index")
+        return f"{info['name']} ({info['num_chunks']} chunks)" if info else "—"
+
     rows = "".join(
         f"<tr><td>{html.escape(c['name'])}</td><td><code>"
         f"{html.escape(json.dumps(c['overrides'])) if c['overrides'] else '(defaults)'}"
-        "</code></td></tr>"
+        f"</code></td><td>{html.escape(index(c))}</td></tr>"
         for c in configs
     )
-    return f"<table><tr><th>configuration</th><th>overrides</th></tr>{rows}</table>"
+    return f"<table><tr><th>configuration</th><th>overrides</th><th>index</th></tr>{rows}</table>"
 
 
 def _verdicts(guards: list[dict[str, Any]]) -> str:
