@@ -270,6 +270,9 @@ def test_bad_input_fails_with_what_to_do(
     assert main(["eval", "bad.jsonl", "--index", "tiny", "--out", "x"]) == 2
     err = capsys.readouterr().err
     assert re.search(r"bad.jsonl line 2: field 'answers' must be a list of strings", err)
+    (workspace / "ghost.toml").write_text('index_name = "ghost"\n')
+    assert main(["eval", "set.jsonl", "--config", "ghost.toml", "--out", "x"]) == 2
+    assert "index 'ghost' does not exist" in capsys.readouterr().err
     assert main(["eval", "squad", "--out", "x"]) == 2
     assert "neither a JSONL file nor a built-in set" in capsys.readouterr().err
     assert main(["eval", "set.jsonl", "--index", "tiny", "--out", "x", "--limit", "0"]) == 2
