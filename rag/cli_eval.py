@@ -83,7 +83,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         say=lambda line: print(line, file=sys.stderr),
     )
     dataset = results["dataset"]
-    print(f"{dataset['name']}: {dataset['num_items']} of {dataset['num_items_total']} items")
+    done = min((c["metrics"]["counts"]["done"] for c in results["configs"]), default=0)
+    progress = f" ({done} done)" if results["interrupted"] else ""
+    print(
+        f"{dataset['name']}: {dataset['num_items']} of {dataset['num_items_total']} items{progress}"
+    )
     print_summary(results)
     print(f"\nwrote {args.out / 'results.json'} and {args.out / 'report.html'}")
     if results["interrupted"]:
