@@ -63,7 +63,7 @@ def print_summary(results: dict[str, Any]) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from rag.eval.config import load_configs
-    from rag.eval.evaluate import evaluate
+    from rag.eval.evaluation import evaluate
 
     configs = load_configs(args.config or [])
     results = evaluate(

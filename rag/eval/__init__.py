@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rag.eval.config import EvalConfig, load_config
     from rag.eval.dataset import EvalItem, read_items, write_items
-    from rag.eval.evaluate import evaluate
+    from rag.eval.evaluation import evaluate
 
 __all__ = ["EvalConfig", "EvalItem", "evaluate", "load_config", "read_items", "write_items"]
 
@@ -21,7 +21,7 @@ _LAZY = {
     "EvalItem": "rag.eval.dataset",
     "read_items": "rag.eval.dataset",
     "write_items": "rag.eval.dataset",
-    "evaluate": "rag.eval.evaluate",
+    "evaluate": "rag.eval.evaluation",
 }
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from rag.cli import main
 from rag.eval.config import EvalConfig
-from rag.eval.evaluate import evaluate
+from rag.eval.evaluation import evaluate
 
 DOCS = {
     "tower.md": "# Tower\n\nThe Eiffel Tower is 330 metres tall and stands in Paris. It was completed in 1889.",
