@@ -7,6 +7,7 @@ so that configurations compare at a glance; None when there is nothing to draw.
 from __future__ import annotations
 
 import io
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -77,7 +78,7 @@ def risk_coverage_curve(curves: Mapping[str, Sequence[Sequence[float]]]) -> byte
 
 
 def latency_histogram(latencies: Mapping[str, Sequence[float]]) -> bytes | None:
-    """End-to-end seconds per question."""
+    """End-to-end seconds per question; a dashed line at each configuration's median."""
     if not any(latencies.values()):
         return None
     plt = _pyplot()
@@ -86,7 +87,9 @@ def latency_histogram(latencies: Mapping[str, Sequence[float]]) -> bytes | None:
     edges = list(_edges(min(values), max(values), 24))
     for name, seconds in latencies.items():
         if seconds:
-            ax.hist(seconds, bins=edges, alpha=0.55, label=name)
+            median = statistics.median(seconds)
+            _, _, patches = ax.hist(seconds, bins=edges, alpha=0.55, label=name)
+            ax.axvline(median, color=patches[0].get_facecolor(), linestyle="--", linewidth=1.2)
     ax.set(xlabel="seconds per question (end to end)", ylabel="questions")
     ax.set_title("Latency")
     ax.legend(fontsize=8)
