@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from rag.errors import InvalidInputError
 from rag.eval.dataset import EvalItem
 from rag.eval.metrics import reliability_bins
+from rag.eval.records import gold_ranks, read_records
 from rag.eval.report import render_html, write_results
-from rag.eval.runner import gold_ranks
 from rag.eval.summary import summarise
 from rag.types import Passage
 
@@ -200,3 +201,15 @@ def test_the_report_embeds_its_plots_and_escapes_the_failure_table(tmp_path: Pat
 
     write_results(results | {"nan": float("nan")}, tmp_path / "results.json")
     assert json.loads((tmp_path / "results.json").read_text())["nan"] is None
+
+
+def test_a_torn_last_record_is_cut_off_and_a_bad_one_elsewhere_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "items.jsonl"
+    good = json.dumps({"id": "a", "answer": "café"}, ensure_ascii=False).encode()
+    torn = b'{"id": "b", "answer": "caf' + "é".encode()[:1]  # cut inside a character
+    path.write_bytes(good + b"\n" + torn)
+    assert list(read_records(path)) == ["a"]
+    assert path.read_bytes() == good + b"\n"
+    path.write_bytes(b"not json\n" + good + b"\n")
+    with pytest.raises(InvalidInputError, match="line 1: not a record"):
+        read_records(path)
