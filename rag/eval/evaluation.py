@@ -25,6 +25,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from guards import Policy
 from rag.collection import check_index_name
 from rag.errors import IndexNotFoundError, InvalidInputError
 from rag.eval.config import DEFAULT_NAME, EvalConfig, embedder_key, engine_key
@@ -124,14 +125,19 @@ class Evaluation:
         name = config.overrides.get("index_name") or self.base.get("index_name")
         return check_index_name(name or Settings(**self.base).index_name)
 
-    def check_indexes(self, configs: list[EvalConfig]) -> None:
-        """Before any model loads: a file dataset needs its indexes built already."""
-        if self.source.prepared is not None or not self.needs_index:
-            return
+    def check(self, configs: list[EvalConfig]) -> None:
+        """Before any model loads: every configuration's settings and policy are valid, and a
+        file dataset's indexes are built."""
         for config in configs:
             settings = config.settings(self.base)
+            try:
+                Policy(abstain_below=settings.abstain_below, review_below=settings.review_below)
+            except ValueError as exc:
+                raise InvalidInputError(f"configuration {config.name}: {exc}") from exc
             name = self.index_of(config)
-            if not VectorIndex.exists(settings.index_dir / str(name)):
+            if self.source.prepared is not None or name is None:
+                continue
+            if not VectorIndex.exists(settings.index_dir / name):
                 raise IndexNotFoundError(
                     f"index {name!r} does not exist under {settings.index_dir}: build it "
                     f"with `ragguard ingest PATH --index {name}` (the documents the "
@@ -254,7 +260,7 @@ def evaluate(
     run = Evaluation(
         source, source.items[:limit], out_dir, base, options, _Models(embedder, generator), say
     )
-    run.check_indexes(configs)
+    run.check(configs)
     out_dir.mkdir(parents=True, exist_ok=True)
     if source.prepared is not None:
         write_items(source.items, out_dir / "dataset.jsonl")

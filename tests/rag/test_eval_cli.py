@@ -273,6 +273,30 @@ def test_bad_input_fails_with_what_to_do(
     (workspace / "ghost.toml").write_text('index_name = "ghost"\n')
     assert main(["eval", "set.jsonl", "--config", "ghost.toml", "--out", "x"]) == 2
     assert "index 'ghost' does not exist" in capsys.readouterr().err
+    (workspace / "odd.toml").write_text("abstain_below = 0.8\nreview_below = 0.5\n")
+    assert (
+        main(
+            [
+                "eval",
+                "set.jsonl",
+                "--index",
+                "tiny",
+                "--config",
+                "short.toml",
+                "--config",
+                "odd.toml",
+                "--out",
+                "x",
+            ]
+        )
+        == 2
+    )
+    assert "configuration odd: need 0 <= abstain_below <= review_below" in capsys.readouterr().err
+    (workspace / "zero.toml").write_text("top_k = 0\n")
+    assert (
+        main(["eval", "set.jsonl", "--index", "tiny", "--config", "zero.toml", "--out", "x"]) == 2
+    )
+    assert "top_k: Input should be greater than or equal to 1" in capsys.readouterr().err
     assert main(["eval", "squad", "--out", "x"]) == 2
     assert "neither a JSONL file nor a built-in set" in capsys.readouterr().err
     assert main(["eval", "set.jsonl", "--index", "tiny", "--out", "x", "--limit", "0"]) == 2
