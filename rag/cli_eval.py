@@ -108,25 +108,34 @@ def add_parsers(sub: Any) -> None:
         ),
     )
     p.add_argument("dataset", help=f"JSONL file, or one of {', '.join(BUILTIN_NAMES)}")
-    p.add_argument("--out", type=Path, required=True, help="folder for the records and report")
+    p.add_argument(
+        "--out", type=Path, required=True, metavar="DIR", help="folder for the records and report"
+    )
     p.add_argument(
         "--index",
+        metavar="NAME",
         help="index holding the documents (built-in sets: default its name; built when missing)",
     )
-    p.add_argument("--index-dir", type=Path, help="folder of indexes (default: ./indexes)")
+    p.add_argument(
+        "--index-dir", type=Path, metavar="DIR", help="folder of indexes (default: ./indexes)"
+    )
     p.add_argument(
         "--config",
         type=Path,
         action="append",
+        metavar="FILE",
         help="TOML file of settings overrides, named by its stem; repeat to compare several",
     )
-    p.add_argument("--limit", type=int, help="only the first N items")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    p.add_argument("--threads", type=int, default=8, help="questions in flight (default 8)")
+    p.add_argument("--limit", type=int, metavar="N", help="only the first N items")
+    p.add_argument("--seed", type=int, default=0, metavar="N", help="sampling seed (default 0)")
+    p.add_argument(
+        "--threads", type=int, default=8, metavar="N", help="questions in flight (default 8)"
+    )
     p.add_argument(
         "--data-dir",
         type=Path,
         default=DEFAULT_DATA_DIR,
+        metavar="DIR",
         help="folder of the public data sets, for built-in sets (default: ../shared/data)",
     )
     p.add_argument("--restart", action="store_true", help="discard earlier records in --out")

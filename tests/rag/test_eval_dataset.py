@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from rag.cli_eval import BUILTIN_NAMES
 from rag.errors import InvalidInputError
 from rag.eval.config import EvalConfig, load_config, load_configs
 from rag.eval.dataset import DatasetFormatError, EvalItem, read_items, write_items
-from rag.eval.prepare import prepare
+from rag.eval.prepare import BUILTIN, prepare
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
@@ -127,6 +128,7 @@ def test_built_in_sets_have_gold_in_their_own_corpus(name: str, num_items: int, 
 
 
 def test_an_unknown_built_in_name_lists_the_known_ones(tmp_path: Path) -> None:
+    assert tuple(BUILTIN) == BUILTIN_NAMES  # the command line's list, kept free of imports
     with pytest.raises(
         InvalidInputError, match="musique, hotpotqa, pubmedqa, metaqa, halueval, rgb"
     ):
