@@ -1,7 +1,9 @@
 """The report's figures, drawn with matplotlib (Agg backend) and returned as PNG bytes.
 
-Each function takes the per-configuration data and draws every configuration into one figure,
-so that configurations compare at a glance; None when there is nothing to draw.
+Each function takes the per-configuration data (every configuration, in the report's order, with
+empty data where it has none) and draws them into one figure, so that configurations compare at
+a glance; the n-th configuration has the n-th colour in every figure. None when there is nothing
+to draw.
 """
 
 from __future__ import annotations
@@ -42,13 +44,13 @@ def reliability_diagram(
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5.2, 4.4))
     ax.plot([0, 1], [0, 1], linestyle="--", color="grey", linewidth=1, label="calibrated")
-    for name, rows in bins.items():
+    for i, (name, rows) in enumerate(bins.items()):
         if rows:
             x = [r[3] for r in rows]
             y = [r[4] for r in rows]
             sizes = [20 + 180 * r[2] / max(row[2] for row in rows) for r in rows]
-            (line,) = ax.plot(x, y, marker="", linewidth=1.5, label=name)
-            ax.scatter(x, y, s=sizes, color=line.get_color(), alpha=0.8)
+            ax.plot(x, y, linewidth=1.5, label=name, color=f"C{i}")
+            ax.scatter(x, y, s=sizes, color=f"C{i}", alpha=0.8)
     ax.set(xlim=(0, 1), ylim=(0, 1.02), xlabel="confidence", ylabel="accuracy")
     ax.set_title(title)
     ax.legend(loc="upper left", fontsize=8)
@@ -61,10 +63,15 @@ def risk_coverage_curve(curves: Mapping[str, Sequence[Sequence[float]]]) -> byte
         return None
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5.2, 4.4))
-    for name, points in curves.items():
+    for i, (name, points) in enumerate(curves.items()):
         if points:
             ax.plot(
-                [p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, label=name
+                [p[0] for p in points],
+                [p[1] for p in points],
+                marker="o",
+                markersize=3,
+                label=name,
+                color=f"C{i}",
             )
     ax.set(
         xlim=(0, 1.02),
@@ -85,11 +92,10 @@ def latency_histogram(latencies: Mapping[str, Sequence[float]]) -> bytes | None:
     fig, ax = plt.subplots(figsize=(5.2, 4.0))
     values = [v for vs in latencies.values() for v in vs]
     edges = list(_edges(min(values), max(values), 24))
-    for name, seconds in latencies.items():
+    for i, (name, seconds) in enumerate(latencies.items()):
         if seconds:
-            median = statistics.median(seconds)
-            _, _, patches = ax.hist(seconds, bins=edges, alpha=0.55, label=name)
-            ax.axvline(median, color=patches[0].get_facecolor(), linestyle="--", linewidth=1.2)
+            ax.hist(seconds, bins=edges, alpha=0.55, label=name, color=f"C{i}")
+            ax.axvline(statistics.median(seconds), color=f"C{i}", linestyle="--", linewidth=1.2)
     ax.set(xlabel="seconds per question (end to end)", ylabel="questions")
     ax.set_title("Latency")
     ax.legend(fontsize=8)
