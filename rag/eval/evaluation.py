@@ -11,6 +11,7 @@ Output folder layout::
     OUT/<config>/run.json        what the records were made from, and the sessions that made them
     OUT/results.json             every figure, the configurations and the versions
     OUT/report.html              the report
+    OUT/summary.md               the report's summary table in Markdown
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from rag.errors import IndexNotFoundError, InvalidInputError
 from rag.eval.config import DEFAULT_NAME, EvalConfig, embedder_key, engine_key
 from rag.eval.dataset import EvalItem, items_digest, write_items
 from rag.eval.prepare import PreparedDataset, Source, load_source
-from rag.eval.report import FORMAT_VERSION, write_report, write_results
+from rag.eval.report import FORMAT_VERSION, clean, render_markdown, write_report, write_results
 from rag.eval.runner import Runner, sessions
 from rag.eval.summary import summarise
 from rag.index import VectorIndex
@@ -282,6 +283,7 @@ def evaluate(
     )
     write_results(results, out_dir / "results.json")
     write_report(results, latencies, out_dir / "report.html")
+    (out_dir / "summary.md").write_text(render_markdown(clean(results)), encoding="utf-8")
     return results
 
 

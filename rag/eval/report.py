@@ -244,6 +244,24 @@ is measured under the run's concurrency ({results["threads"]} questions in fligh
 """
 
 
+def render_markdown(results: dict[str, Any]) -> str:
+    """The summary table as Markdown (for a pull request or a changelog)."""
+    configs = results["configs"]
+    lines = [
+        f"**{results['dataset']['name']}**: {results['dataset']['num_items']} items, "
+        f"`{results['command']}`",
+        "",
+        "| metric | " + " | ".join(c["name"] for c in configs) + " |",
+        "| --- |" + " --- |" * len(configs),
+    ]
+    for section, label, get in ROWS:
+        values = [get(c["metrics"]) for c in configs]
+        if any(v is not None for v in values):
+            cells = " | ".join(html.unescape(_fmt(v)) for v in values)
+            lines.append(f"| {section}: {label} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
 def write_report(results: dict[str, Any], latencies: dict[str, list[float]], path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(render_html(clean(results), latencies), encoding="utf-8")

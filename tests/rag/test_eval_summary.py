@@ -12,7 +12,7 @@ from rag.errors import InvalidInputError
 from rag.eval.dataset import EvalItem
 from rag.eval.metrics import reliability_bins
 from rag.eval.records import gold_ranks, read_records
-from rag.eval.report import render_html, write_results
+from rag.eval.report import render_html, render_markdown, write_results
 from rag.eval.summary import summarise
 from rag.types import Passage
 
@@ -198,6 +198,10 @@ def test_the_report_embeds_its_plots_and_escapes_the_failure_table(tmp_path: Pat
     assert "&lt;script&gt;alert(1)&lt;/script&gt;?" in page and "<script>" not in page
     assert "&lt;b&gt;bold&lt;/b&gt;" in page and "<th>n5</th>" in page
     assert "recall@5" in page and "accuracy of flagged" in page
+
+    table = render_markdown(results).splitlines()
+    assert table[2] == "| metric | default | n5 |"
+    assert "| Retrieval: MRR@10 | 0.567 | 0.567 |" in table  # (1 + 0 + 1/2 + 1/3 + 1) / 5
 
     write_results(results | {"nan": float("nan")}, tmp_path / "results.json")
     assert json.loads((tmp_path / "results.json").read_text())["nan"] is None
