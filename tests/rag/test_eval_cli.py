@@ -180,6 +180,7 @@ def test_the_cli_writes_figures_that_match_the_records_and_a_report(workspace: P
         )
         assert m["labelled"]["num_items"] == 1
 
+    assert (out / "summary.md").read_text().startswith("**set**: 5 items, `ragguard eval set.jsonl")
     page = (out / "report.html").read_text()
     assert page.count("data:image/png;base64,") >= 4
     assert "Worst failures" in page and "<th>noguards</th>" in page
