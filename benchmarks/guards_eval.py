@@ -68,6 +68,7 @@ from guards.text import content_words, overlap
 from rag.documents import Document
 from rag.embed import Embedder
 from rag.eval.datasets import (
+    MOVIE_LABELS,
     QADataset,
     load_halueval,
     load_hotpotqa,
@@ -75,6 +76,7 @@ from rag.eval.datasets import (
     load_musique,
     load_pubmedqa,
     metaqa_kb_path,
+    render_movie_passages,
     verdict_of,
 )
 from rag.eval.metrics import (
@@ -369,28 +371,13 @@ def run_metaqa_claims(args: argparse.Namespace, graph: KnowledgeGraph) -> dict[s
 
 
 def movie_passages(graph: KnowledgeGraph, movies: Sequence[str]) -> list[Document]:
-    """Each movie's triples written out as one short text."""
-    labels = {
-        "directed_by": "Directed by",
-        "written_by": "Written by",
-        "starred_actors": "Starring",
-        "release_year": "Released in",
-        "in_language": "Language",
-        "has_genre": "Genre",
-        "has_tags": "Tags",
-        "has_imdb_rating": "IMDb rating",
-        "has_imdb_votes": "IMDb votes",
-    }
-    docs = []
-    for movie in movies:
-        parts = [
-            f"{label}: {', '.join(sorted(graph.objects(movie, relation)))}."
-            for relation, label in labels.items()
-            if graph.objects(movie, relation)
-        ]
-        if parts:
-            docs.append(Document(movie, f"{movie}. " + " ".join(parts), {"title": movie}))
-    return docs
+    """Each movie's triples written out as one short text (as ``ragguard eval metaqa`` does)."""
+    return render_movie_passages(
+        (movie, relation, obj)
+        for movie in movies
+        for relation in MOVIE_LABELS
+        for obj in graph.objects(movie, relation)
+    )
 
 
 def run_metaqa_answers(

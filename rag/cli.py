@@ -1,4 +1,4 @@
-"""``ragguard``: ingest documents, ask questions, serve the API, inspect indexes.
+"""``ragguard``: ingest documents, ask questions, serve the API, inspect indexes, evaluate.
 
 Heavy libraries are imported inside the commands, so ``ragguard --help`` answers at once.
 """
@@ -226,9 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--yes", action="store_true", help="delete without asking")
     p.set_defaults(func=cmd_index)
 
+    from rag.cli_eval import add_parsers as add_eval_parsers
     from rag.cli_review import add_parsers
 
     add_parsers(sub)
+    add_eval_parsers(sub)
     return parser
 
 
@@ -238,6 +240,7 @@ def _validation_summary(exc: Any) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = None if argv is None else list(argv)  # recorded by commands that report
     func: Callable[[argparse.Namespace], int] = args.func
     import httpx
     from pydantic import ValidationError

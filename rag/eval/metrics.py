@@ -111,3 +111,68 @@ def area_under_risk_coverage(scores: Sequence[float], correct: Sequence[float]) 
     order = np.argsort(-np.asarray(scores, dtype=float), kind="mergesort")
     wrong = 1.0 - np.asarray(correct, dtype=float)[order]
     return float(np.mean(np.cumsum(wrong) / np.arange(1, len(wrong) + 1)))
+
+
+def exact_match(prediction: str, golds: Iterable[str]) -> bool:
+    """Is the normalised answer equal to a normalised gold answer?"""
+    norm = normalize_answer(prediction)
+    return any(norm == normalize_answer(g) for g in golds)
+
+
+def best_token_f1(prediction: str, golds: Iterable[str]) -> float:
+    """Token F1 against the closest gold answer."""
+    return max((token_f1(prediction, g) for g in golds), default=0.0)
+
+
+def contains_gold(prediction: str, golds: Iterable[str]) -> bool:
+    """Does the answer contain a gold answer as a whole phrase (after normalisation)?"""
+    padded = f" {normalize_answer(prediction)} "
+    return any((norm := normalize_answer(g)) and f" {norm} " in padded for g in golds)
+
+
+def recall_at_k(gold_ranks: Sequence[int | None], k: int) -> float:
+    """Share of the gold passages found among the first k (ranks start at 1; None: not found)."""
+    if not gold_ranks:
+        return float("nan")
+    return sum(r is not None and r <= k for r in gold_ranks) / len(gold_ranks)
+
+
+def reciprocal_rank(gold_ranks: Sequence[int | None]) -> float:
+    """1 / rank of the first gold passage found; 0 when none was."""
+    found = [r for r in gold_ranks if r is not None]
+    return 1.0 / min(found) if found else 0.0
+
+
+def percentiles(values: Sequence[float], qs: Sequence[int] = (50, 90, 99)) -> dict[str, float]:
+    """``{"p50": ..., "p90": ..., "p99": ..., "mean": ...}`` (empty when there are no values)."""
+    if not len(values):
+        return {}
+    array = np.asarray(values, dtype=float)
+    summary = {f"p{q}": float(np.percentile(array, q)) for q in qs}
+    summary["mean"] = float(array.mean())
+    return summary
+
+
+@dataclass(frozen=True, slots=True)
+class ReliabilityBin:
+    lower: float
+    upper: float
+    count: int
+    mean_confidence: float
+    accuracy: float
+
+
+def reliability_bins(
+    probs: Sequence[float], labels: Sequence[int], bins: int = 10
+) -> list[ReliabilityBin]:
+    """Equal-width confidence bins with their mean confidence and accuracy (the non-empty ones),
+    binned exactly as ``expected_calibration_error`` bins them."""
+    p, y = np.asarray(probs, dtype=float), np.asarray(labels, dtype=float)
+    index = np.minimum((p * bins).astype(int), bins - 1)
+    return [
+        ReliabilityBin(
+            b / bins, (b + 1) / bins, int(mask.sum()), float(p[mask].mean()), float(y[mask].mean())
+        )
+        for b in range(bins)
+        if (mask := index == b).any()
+    ]

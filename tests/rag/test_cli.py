@@ -37,7 +37,7 @@ def test_help_does_not_import_heavy_libraries() -> None:
     assert out.stdout.strip() == "[]"
     help_text = ragguard("--help", cwd=ROOT)
     assert help_text.returncode == 0
-    for command in ("ingest", "ask", "serve", "index"):
+    for command in ("ingest", "ask", "serve", "index", "eval"):
         assert command in help_text.stdout
 
 
