@@ -55,10 +55,11 @@ def test_committed_items_survive_kill_9_and_nothing_is_half_written(tmp_path: Pa
         time.sleep(rng.uniform(0.05, 0.5))
         os.kill(child.pid, signal.SIGKILL)
         out, _ = child.communicate()
-        for line in out.splitlines():
-            if line.count(" ") == 1:  # a line cut by the kill is not a claim of a commit
-                stage, item_id = line.split()
-                committed[item_id] = max(committed.get(item_id, 0), STAGE[stage])
+        # Only whole lines claim a commit: the text after the last newline may be cut.
+        for line in out.split("\n")[:-1]:
+            stage, _, item_id = line.partition(" ")
+            assert stage in STAGE and item_id, f"unexpected writer output {line!r}"
+            committed[item_id] = max(committed.get(item_id, 0), STAGE[stage])
     assert len(committed) > 20
 
     conn = sqlite3.connect(db)
