@@ -260,6 +260,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except httpx.HTTPError as exc:
         print(f"ragguard: error: cannot reach the server: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a file or folder named on the command line (or in a setting)
+        print(f"ragguard: error: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:  # an optional dependency a setting needs (psycopg, ...)
+        print(f"ragguard: error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

@@ -83,6 +83,9 @@ def test_review_commands_on_the_data_directory(tmp_path: Path) -> None:
     assert exported.returncode == 0 and exported.stdout.startswith("id,status,question")
     lines = ragguard("review", "export", "--status", "edited", cwd=tmp_path).stdout.splitlines()
     assert [json.loads(line)["id"] for line in lines] == [ids[0]]
+    nowhere = ragguard("review", "export", "-o", "no/such/dir/x.jsonl", cwd=tmp_path)
+    assert nowhere.returncode == 2 and "Traceback" not in nowhere.stderr
+    assert "no/such/dir/x.jsonl" in nowhere.stderr
 
 
 def test_keys_commands(tmp_path: Path) -> None:
