@@ -330,8 +330,8 @@ def test_without_keys_web_pages_elsewhere_cannot_act_as_admin(client: TestClient
     assert client.post(f"/v1/reviews/{item_id}/claim", headers=page).status_code == 200
     assert client.get("/v1/reviews", headers={"host": "[::1]:8000"}).status_code == 200
     assert client.get("/v1/reviews", params={"offset": 10**30}).status_code == 422
-    page = client.get("/review")  # the page runs only its own script
-    assert "script-src 'self'" in page.headers["content-security-policy"]
+    served = client.get("/review")  # the page runs only its own script
+    assert "script-src 'self'" in served.headers["content-security-policy"]
 
 
 def test_serving_beyond_loopback_needs_keys(tmp_path) -> None:  # type: ignore[no-untyped-def]
