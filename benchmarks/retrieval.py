@@ -34,6 +34,8 @@ import numpy as np
 from rag.collection import Collection, CollectionRegistry
 from rag.documents import Chunk, Document
 from rag.embed import Embedder
+from rag.eval import datasets as eval_datasets
+from rag.eval.datasets import QADataset
 from rag.index import VectorIndex
 
 SEED = 0
@@ -192,41 +194,18 @@ def run_latency(sizes: list[int], index_types: list[str], num_queries: int) -> l
 
 
 # ------------------------------------------------------------------------------------ recall
-def read_json(path: Path) -> Any:
-    """A JSON file of the data folder, or exit with a message saying what is missing."""
-    if not path.is_file():
-        sys.exit(
-            f"error: {path} not found. Pass --data-dir DIR, where DIR holds {SUBSETS}/ "
-            "(the HippoRAG multi-hop subsets)."
-        )
-    return json.loads(path.read_text(encoding="utf-8"))
+def _questions(dataset: QADataset) -> tuple[list[Document], list[Question]]:
+    return dataset.documents, [Question(e.question, e.gold_titles) for e in dataset.examples]
 
 
 def load_musique(data_dir: Path) -> tuple[list[Document], list[Question]]:
-    """MuSiQue passages (titles repeat, so ids carry the position) and questions."""
-    corpus = read_json(data_dir / SUBSETS / "musique_train_corpus.json")
-    docs = [
-        Document(f"{p['title']} [{i}]", p["text"], {"title": p["title"]})
-        for i, p in enumerate(corpus)
-    ]
-    questions = [
-        Question(
-            q["question"], frozenset(p["title"] for p in q["paragraphs"] if p["is_supporting"])
-        )
-        for q in read_json(data_dir / SUBSETS / "musique_train.json")
-    ]
-    return docs, questions
+    """MuSiQue passages and questions (``rag.eval.datasets``)."""
+    return _questions(eval_datasets.load_musique(data_dir))
 
 
 def load_hotpotqa(data_dir: Path) -> tuple[list[Document], list[Question]]:
-    """HotpotQA paragraphs (sentences joined; they carry their own spacing) and questions."""
-    corpus = read_json(data_dir / SUBSETS / "hotpotqa_train_corpus.json")
-    docs = [Document(title, "".join(sents), {"title": title}) for title, sents in corpus.items()]
-    questions = [
-        Question(q["question"], frozenset(title for title, _ in q["supporting_facts"]))
-        for q in read_json(data_dir / SUBSETS / "hotpotqa_train.json")
-    ]
-    return docs, questions
+    """HotpotQA paragraphs and questions (``rag.eval.datasets``)."""
+    return _questions(eval_datasets.load_hotpotqa(data_dir))
 
 
 def shrink(
@@ -366,7 +345,10 @@ def main(argv: list[str] | None = None) -> None:
         import torch
 
         torch.set_num_threads(args.torch_threads)
-    datasets = {} if args.skip_recall else load_datasets(args)  # a missing file fails early
+    try:
+        datasets = {} if args.skip_recall else load_datasets(args)  # a missing file fails early
+    except eval_datasets.DatasetNotFoundError as exc:
+        sys.exit(f"error: {exc}. Pass --data-dir DIR, where DIR holds {SUBSETS}/.")
     latency = (
         [] if args.skip_latency else run_latency(args.sizes, args.index_types, args.num_queries)
     )
