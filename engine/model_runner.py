@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import torch
 
-from engine.layers.attention import AttentionGroup, AttentionMetadata
+from engine.layers.attention import AttentionMetadata, CausalChunk, PagedGroup
 from engine.models.llama import LlamaForCausalLM
 from engine.scheduler import ScheduledBatch
 from engine.sequence import Sequence
+
+DECODE_GROUP_MIN_SIZE = 16
+"""Decodes are split into groups of similar context length only while each keeps this many:
+a group costs a few small kernel calls per layer, padding costs copies and attention work."""
+DECODE_GROUPS_MAX = 4
 
 
 class ModelRunner:
@@ -40,7 +45,7 @@ class ModelRunner:
         context_lens: list[int],
         block_tables: list[list[int]],
         starts: torch.Tensor,
-    ) -> AttentionGroup:
+    ) -> PagedGroup:
         """Padded attention inputs for the sequences ``members`` (indexes into the batch)."""
         bs = self.block_size
         q_lens = torch.tensor([query_lens[m] for m in members])
@@ -59,7 +64,7 @@ class ModelRunner:
         row_batch = torch.repeat_interleave(torch.arange(len(members)), q_lens)
         row_offset = torch.cat([torch.arange(int(n)) for n in q_lens])
         dev = self.device
-        return AttentionGroup(
+        return PagedGroup(
             query_index=query_index.to(dev),
             block_tables=tables.to(dev),
             attn_mask=mask[:, None].to(dev),
@@ -122,15 +127,20 @@ class ModelRunner:
         token_seq = torch.repeat_interleave(torch.arange(len(query_lens)), q_lens)
         tables = _pad_tables(block_tables)
         slot_mapping = tables[token_seq, pos // bs] * bs + pos % bs
-        decodes = [i for i, n in enumerate(query_lens) if n == 1]
-        groups = [[i] for i, n in enumerate(query_lens) if n > 1] + ([decodes] if decodes else [])
-        meta = AttentionMetadata(
-            slot_mapping=slot_mapping.to(dev),
-            groups=[
-                self._group(members, query_lens, context_lens, block_tables, starts)
-                for members in groups
-            ],
-        )
+        groups: list[CausalChunk | PagedGroup] = []
+        decodes: list[int] = []
+        for i, (n, first) in enumerate(zip(query_lens, starts.tolist(), strict=True)):
+            if n == 1:
+                decodes.append(i)
+            elif context_lens[i] == n:  # a prompt's first chunk: nothing cached to read back
+                groups.append(CausalChunk(start=first, length=n))
+            else:
+                groups.append(self._group([i], query_lens, context_lens, block_tables, starts))
+        groups += [
+            self._group(members, query_lens, context_lens, block_tables, starts)
+            for members in _by_context_length(decodes, context_lens)
+        ]
+        meta = AttentionMetadata(slot_mapping=slot_mapping.to(dev), groups=groups)
         input_ids = torch.tensor(token_ids, dtype=torch.long, device=dev)
         return input_ids, pos.to(dev), meta, torch.tensor(last_rows, device=dev), sampling
 
@@ -141,3 +151,15 @@ def _pad_tables(block_tables: list[list[int]]) -> torch.Tensor:
     for i, table in enumerate(block_tables):
         tables[i, : len(table)] = torch.tensor(table)
     return tables
+
+
+def _by_context_length(decodes: list[int], context_lens: list[int]) -> list[list[int]]:
+    """Decodes in groups of equal count by ascending context length, so a few long contexts do
+    not pad every short one to their length (at most ``DECODE_GROUPS_MAX`` groups, each of at
+    least ``DECODE_GROUP_MIN_SIZE`` sequences; fewer decodes make one group)."""
+    if not decodes:
+        return []
+    order = sorted(decodes, key=context_lens.__getitem__)
+    count = max(1, min(DECODE_GROUPS_MAX, len(order) // DECODE_GROUP_MIN_SIZE))
+    size = -(-len(order) // count)
+    return [order[i : i + size] for i in range(0, len(order), size)]

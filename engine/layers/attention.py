@@ -2,9 +2,14 @@
 
 The KV cache of one layer is two tensors of shape (num_blocks, block_size, num_kv_heads,
 head_dim); a slot is one token position of one block (slot = block_id * block_size + offset).
-Each step writes the new tokens' keys and values into their slots, then gathers every sequence's
-blocks (whole blocks: a few large copies rather than one per token) into a padded batch and runs
-one ``scaled_dot_product_attention`` for the whole batch, masked to each sequence's context.
+Each step writes the new tokens' keys and values into their slots, then runs attention group by
+group (see ``AttentionMetadata``):
+
+- a ``CausalChunk`` is the first chunk of a prompt: it has no earlier context, so it attends
+  causally to its own fresh keys and values and reads nothing back from the cache;
+- a ``PagedGroup`` (decodes of similar context length, or a later prefill chunk) gathers its
+  sequences' blocks (whole blocks: a few large copies rather than one per token) into a padded
+  batch and runs one ``scaled_dot_product_attention``, masked to each sequence's context.
 """
 
 from __future__ import annotations
@@ -16,9 +21,19 @@ import torch.nn.functional as F
 
 
 @dataclass(slots=True)
-class AttentionGroup:
-    """Sequences whose queries are padded together: all decodes (one query each), or a single
-    prefill chunk. Grouping keeps a long prefill chunk from padding every decode to its length."""
+class CausalChunk:
+    """The first prefill chunk of one sequence: rows ``start .. start + length`` of the flat batch
+    attend causally to each other and to nothing else."""
+
+    start: int
+    length: int
+
+
+@dataclass(slots=True)
+class PagedGroup:
+    """Sequences whose queries are padded together and attend to their cached blocks: decodes
+    (one query each) of similar context length, or one later prefill chunk. Grouping keeps a
+    long prefill chunk, or one long context, from padding every other sequence to its length."""
 
     query_index: torch.Tensor
     """(batch, max_query_len) flat row of each query token (padding points at a real row)."""
@@ -40,7 +55,7 @@ class AttentionMetadata:
 
     slot_mapping: torch.Tensor
     """(num_tokens,) cache slot of each new token, tokens flattened across sequences."""
-    groups: list[AttentionGroup]
+    groups: list[CausalChunk | PagedGroup]
 
 
 def write_kv(cache: torch.Tensor, slots: torch.Tensor, values: torch.Tensor) -> None:
@@ -50,27 +65,40 @@ def write_kv(cache: torch.Tensor, slots: torch.Tensor, values: torch.Tensor) -> 
 
 def paged_attention(
     q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     meta: AttentionMetadata,
     scale: float,
 ) -> torch.Tensor:
-    """Attention of flat queries (num_tokens, heads, dim) over each sequence's cached context."""
+    """Attention of flat queries (num_tokens, heads, dim) over each sequence's context; ``k`` and
+    ``v`` are this step's new keys and values (num_tokens, kv_heads, dim), already in the cache."""
     num_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
+    gqa = num_heads != num_kv_heads
     out = torch.empty_like(q)
     for group in meta.groups:
+        if isinstance(group, CausalChunk):
+            rows = slice(group.start, group.start + group.length)
+            attended = F.scaled_dot_product_attention(
+                q[rows].transpose(0, 1)[None],
+                k[rows].transpose(0, 1)[None].to(q.dtype),
+                v[rows].transpose(0, 1)[None].to(q.dtype),
+                is_causal=True,
+                scale=scale,
+                enable_gqa=gqa,
+            )
+            out[rows] = attended[0].transpose(0, 1)
+            continue
         batch, max_blocks = group.block_tables.shape
         q_padded = q[group.query_index].transpose(1, 2)  # (batch, heads, max_q, dim)
         context = (batch, max_blocks * k_cache.shape[1], num_kv_heads, k_cache.shape[3])
-        k = k_cache[group.block_tables].view(context).transpose(1, 2).to(q.dtype)
-        v = v_cache[group.block_tables].view(context).transpose(1, 2).to(q.dtype)
+        blocks = group.block_tables.flatten()
+        # index_select copies whole blocks; plain indexing is about twice as slow on CPU.
+        k_ctx = k_cache.index_select(0, blocks).view(context).transpose(1, 2).to(q.dtype)
+        v_ctx = v_cache.index_select(0, blocks).view(context).transpose(1, 2).to(q.dtype)
         attended = F.scaled_dot_product_attention(
-            q_padded,
-            k,
-            v,
-            attn_mask=group.attn_mask,
-            scale=scale,
-            enable_gqa=num_heads != num_kv_heads,
+            q_padded, k_ctx, v_ctx, attn_mask=group.attn_mask, scale=scale, enable_gqa=gqa
         )
         out[group.rows] = attended.transpose(1, 2)[group.row_batch, group.row_offset]
     return out

@@ -63,7 +63,7 @@ class Attention(nn.Module):
         k_cache, v_cache = kv_cache
         write_kv(k_cache, meta.slot_mapping, k)
         write_kv(v_cache, meta.slot_mapping, v)
-        out = paged_attention(q, k_cache, v_cache, meta, self.scale)
+        out = paged_attention(q, k, v, k_cache, v_cache, meta, self.scale)
         return self.o_proj(out.reshape(n, self.num_heads * self.head_dim))
 
 

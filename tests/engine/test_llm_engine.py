@@ -56,13 +56,43 @@ def hf_greedy(model, prompt_ids: list[int], max_tokens: int, eos: list[int]) -> 
 
 
 def test_greedy_is_token_identical_to_transformers_on_21_prompts(
-    engine: LLMEngine, generator
+    engine: LLMEngine, generator, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]
     prompts = [chat(engine, q) for q in QUESTIONS]
-    outputs = engine.generate(prompts, SamplingParams(max_tokens=20))
-    for out in outputs:
-        expected = hf_greedy(generator.model, out.prompt_token_ids, 20, generator.eos_token_ids)
-        assert out.outputs[0].token_ids == expected, out.prompt
+    params = SamplingParams(max_tokens=20)
+    outputs = engine.generate(prompts, params)
+    expected = [
+        hf_greedy(generator.model, out.prompt_token_ids, 20, generator.eos_token_ids)
+        for out in outputs
+    ]
+    for out, tokens in zip(outputs, expected, strict=True):
+        assert out.outputs[0].token_ids == tokens, out.prompt
+
+    # All 21 decoding together, split into several groups by context length.
+    import engine.model_runner as model_runner
+
+    monkeypatch.setattr(model_runner, "DECODE_GROUP_MIN_SIZE", 4)
+    monkeypatch.setattr(engine.scheduler, "max_num_seqs", 32)
+    batch = engine.scheduler.schedule
+    groups_seen: list[int] = []
+
+    def counting_schedule():  # type: ignore[no-untyped-def]
+        scheduled = batch()
+        groups_seen.append(
+            len(
+                model_runner._by_context_length(
+                    [i for i, (_, n) in enumerate(scheduled.items) if n == 1],
+                    [seq.num_computed_tokens + 1 for seq, _ in scheduled.items],
+                )
+            )
+        )
+        return scheduled
+
+    monkeypatch.setattr(engine.scheduler, "schedule", counting_schedule)
+    together = engine.generate(prompts, params)
+    assert max(groups_seen) == 4
+    for out, tokens in zip(together, expected, strict=True):
+        assert out.outputs[0].token_ids == tokens, out.prompt
 
 
 def test_chosen_token_logprobs_match_the_reference_model(engine: LLMEngine, generator) -> None:  # type: ignore[no-untyped-def]
