@@ -36,6 +36,11 @@ class EngineConfig:
     """Token budget of one engine step (prefill chunks plus decodes)."""
     kv_cache_memory_bytes: int = 1 << 30
     """Memory the KV pool may use; the engine never grows past it."""
+    reserve_max_tokens: bool = True
+    """Admit a request only when the KV pool can hold it and every running sequence to their
+    ``max_tokens``, so nothing is preempted and recomputed. False admits whenever the prompt fits
+    (more sequences at once when outputs end well before ``max_tokens``) and preempts by
+    recompute when blocks run out."""
     enable_prefix_caching: bool = True
     """Reuse the KV of prompt blocks seen before (shared system prompts, repeated passages)."""
     max_batch_wait_ms: float = 0.0

@@ -101,6 +101,8 @@ class LLMEngine:
             self.block_manager,
             max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=config.max_num_batched_tokens,
+            reserve_max_tokens=config.reserve_max_tokens,
+            max_model_len=self.max_model_len,
         )
         self.runner = ModelRunner(model, num_blocks, config.block_size, self.device, dtype)
         self._requests: dict[str, _Request] = {}

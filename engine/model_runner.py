@@ -37,6 +37,22 @@ class ModelRunner:
             )
             for _ in range(model.num_layers)
         ]
+        self._gather_buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def gather_buffers(self, num_blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Key and value buffers with room for ``num_blocks`` gathered blocks, grown (by half as
+        much again) when a step needs more, then kept for every later layer and step."""
+        if self._gather_buffers is None or self._gather_buffers[0].shape[0] < num_blocks:
+            k_cache = self.kv_caches[0][0]
+            size = max(
+                num_blocks,
+                3 * (0 if self._gather_buffers is None else self._gather_buffers[0].shape[0]) // 2,
+            )
+            self._gather_buffers = (
+                torch.empty((size, *k_cache.shape[1:]), dtype=k_cache.dtype, device=self.device),
+                torch.empty((size, *k_cache.shape[1:]), dtype=k_cache.dtype, device=self.device),
+            )
+        return self._gather_buffers
 
     def _group(
         self,
@@ -140,7 +156,14 @@ class ModelRunner:
             self._group(members, query_lens, context_lens, block_tables, starts)
             for members in _by_context_length(decodes, context_lens)
         ]
-        meta = AttentionMetadata(slot_mapping=slot_mapping.to(dev), groups=groups)
+        gathered = max(
+            (g.block_tables.numel() for g in groups if isinstance(g, PagedGroup)), default=0
+        )
+        meta = AttentionMetadata(
+            slot_mapping=slot_mapping.to(dev),
+            groups=groups,
+            gather_buffers=self.gather_buffers(gathered) if gathered else None,
+        )
         input_ids = torch.tensor(token_ids, dtype=torch.long, device=dev)
         return input_ids, pos.to(dev), meta, torch.tensor(last_rows, device=dev), sampling
 

@@ -3,9 +3,13 @@
 Every step fills a token budget. Running sequences go first: every decoding one takes one token,
 then those still prefilling take the next chunk of their prompt, in arrival order (so a long
 prompt never holds running decodes back). Waiting sequences are then admitted in arrival
-order while the budget, the sequence limit and the free KV blocks allow. When a decode has no room
-for its next token, the most recently admitted running sequence is preempted: its blocks are
-freed and it waits at the front of the queue to be recomputed.
+order while the budget, the sequence limit and the free KV blocks allow. With
+``reserve_max_tokens`` a request is admitted only when the free blocks can also hold every running
+sequence, and the new one, to its ``max_tokens``: on a CPU, where prefill is compute-bound,
+recomputing a preempted prompt costs more than the concurrency given up. When a decode has no room
+for its next token anyway (no reservation, or copy-on-write of a shared block), the most recently
+admitted running sequence is preempted: its blocks are freed and it waits at the front of the queue
+to be recomputed.
 """
 
 from __future__ import annotations
@@ -34,13 +38,21 @@ class ScheduledBatch:
 
 class Scheduler:
     def __init__(
-        self, block_manager: BlockManager, *, max_num_seqs: int, max_num_batched_tokens: int
+        self,
+        block_manager: BlockManager,
+        *,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        reserve_max_tokens: bool = False,
+        max_model_len: int | None = None,
     ):
         if max_num_batched_tokens < 1 or max_num_seqs < 1:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
         self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.reserve_max_tokens = reserve_max_tokens
+        self.max_model_len = max_model_len
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
@@ -89,6 +101,8 @@ class Scheduler:
             seq = self.waiting[0]
             if not self.block_manager.can_allocate(seq):
                 break
+            if self.reserve_max_tokens and self.running and not self._fits_to_completion(seq):
+                break  # wait for running sequences to finish rather than preempt them later
             self.waiting.popleft()
             self.block_manager.allocate(seq)
             seq.status = SequenceStatus.RUNNING
@@ -97,6 +111,22 @@ class Scheduler:
             batch.items.append((seq, num_tokens))
             budget -= num_tokens
         return batch
+
+    def _final_blocks(self, seq: Sequence) -> int:
+        """Blocks ``seq`` holds once it reaches ``max_tokens`` (or the context window)."""
+        final = seq.num_prompt_tokens + seq.params.max_tokens
+        if self.max_model_len is not None:
+            final = min(final, self.max_model_len)
+        return self.block_manager.blocks_needed(max(final, len(seq)))
+
+    def _fits_to_completion(self, seq: Sequence) -> bool:
+        """Can the free blocks hold ``seq`` and every running sequence to completion? A request
+        not yet sampled will fork into ``n`` samples that share its full prompt blocks."""
+        final = self._final_blocks(seq)
+        samples = seq.params.n if seq.num_output_tokens == 0 else 1
+        needed = final + (samples - 1) * (final - len(seq) // self.block_manager.block_size)
+        reserved = sum(max(0, self._final_blocks(s) - len(s.block_table)) for s in self.running)
+        return needed + reserved <= self.block_manager.num_free_blocks
 
     def _make_room(self, seq: Sequence, batch: ScheduledBatch, scheduled: set[int]) -> bool:
         """Ensure ``seq``'s next slot, preempting the newest other sequences; False if ``seq``

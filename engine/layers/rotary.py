@@ -23,7 +23,7 @@ def inverse_frequencies(config: Any, head_dim: int) -> tuple[torch.Tensor, float
 
 
 class RotaryEmbedding(torch.nn.Module):
-    """Applies rotary embeddings to queries and keys at given positions."""
+    """The rotation angles of the model's rope type at given positions."""
 
     def __init__(self, config: Any, head_dim: int):
         super().__init__()
@@ -31,15 +31,23 @@ class RotaryEmbedding(torch.nn.Module):
         self.inv_freq: torch.Tensor
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
-    def forward(
-        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+    def cos_sin(
+        self, positions: torch.Tensor, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """q: (tokens, heads, dim), k: (tokens, kv_heads, dim), positions: (tokens,)."""
+        """(cos, sin) of each position, shaped (tokens, 1, dim) to broadcast over heads: computed
+        once per step and shared by every layer."""
         freqs = positions.float()[:, None] * self.inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
-        cos = (emb.cos() * self.attention_scaling).to(q.dtype)[:, None, :]
-        sin = (emb.sin() * self.attention_scaling).to(q.dtype)[:, None, :]
-        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        cos = (emb.cos() * self.attention_scaling).to(dtype)[:, None, :]
+        sin = (emb.sin() * self.attention_scaling).to(dtype)[:, None, :]
+        return cos, sin
+
+
+def apply_rotary(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotate q (tokens, heads, dim) and k (tokens, kv_heads, dim) by their positions' angles."""
+    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.layers.attention import AttentionMetadata, paged_attention, write_kv
-from engine.layers.rotary import RotaryEmbedding
+from engine.layers.rotary import RotaryEmbedding, apply_rotary
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 
@@ -28,10 +28,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
         x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
+        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return normed.to(x.dtype).mul_(self.weight)  # in place: one tensor fewer per call
 
 
 class Attention(nn.Module):
@@ -45,13 +44,12 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(hidden, self.num_kv_heads * head_dim, bias=qkv_bias)
         self.v_proj = nn.Linear(hidden, self.num_kv_heads * head_dim, bias=qkv_bias)
         self.o_proj = nn.Linear(self.num_heads * head_dim, hidden, bias=False)
-        self.rotary = RotaryEmbedding(config, head_dim)
         self.scale = head_dim**-0.5
 
     def forward(
         self,
         x: torch.Tensor,
-        positions: torch.Tensor,
+        rotary: tuple[torch.Tensor, torch.Tensor],
         kv_cache: tuple[torch.Tensor, torch.Tensor],
         meta: AttentionMetadata,
     ) -> torch.Tensor:
@@ -59,7 +57,7 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(n, self.num_heads, self.head_dim)
         k = self.k_proj(x).view(n, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(n, self.num_kv_heads, self.head_dim)
-        q, k = self.rotary(positions, q, k)
+        q, k = apply_rotary(q, k, *rotary)
         k_cache, v_cache = kv_cache
         write_kv(k_cache, meta.slot_mapping, k)
         write_kv(v_cache, meta.slot_mapping, v)
@@ -76,7 +74,8 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(inner, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate = F.silu(self.gate_proj(x), inplace=True)
+        return self.down_proj(gate.mul_(self.up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
@@ -90,12 +89,14 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        positions: torch.Tensor,
+        rotary: tuple[torch.Tensor, torch.Tensor],
         kv_cache: tuple[torch.Tensor, torch.Tensor],
         meta: AttentionMetadata,
     ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), positions, kv_cache, meta)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        """Updates the residual stream ``x`` in place and returns it."""
+        x += self.self_attn(self.input_layernorm(x), rotary, kv_cache, meta)
+        x += self.mlp(self.post_attention_layernorm(x))
+        return x
 
 
 class LlamaModel(nn.Module):
@@ -122,6 +123,7 @@ class LlamaForCausalLM(nn.Module):
         )
         qkv_bias = model_type == "qwen2" or bool(getattr(config, "attention_bias", False))
         self.model = LlamaModel(config, self.head_dim, qkv_bias)
+        self.rotary = RotaryEmbedding(config, self.head_dim)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
         if self.tie_word_embeddings:
@@ -144,8 +146,9 @@ class LlamaForCausalLM(nn.Module):
     ) -> torch.Tensor:
         """Final hidden states (num_tokens, hidden) of the flat batch."""
         x = self.model.embed_tokens(input_ids)
+        rotary = self.rotary.cos_sin(positions, x.dtype)
         for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
-            x = layer(x, positions, kv_cache, meta)
+            x = layer(x, rotary, kv_cache, meta)
         return self.model.norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -108,6 +108,31 @@ def test_scheduler_preempts_the_newest_sequence_when_blocks_run_out() -> None:
     assert sched.waiting[0] is b and sched.num_preemptions == 1
 
 
+def test_reserving_max_tokens_admits_only_what_can_run_to_completion() -> None:
+    bm = BlockManager(num_blocks=6, block_size=4)
+    sched = Scheduler(bm, max_num_seqs=4, max_num_batched_tokens=64, reserve_max_tokens=True)
+    params = SamplingParams(max_tokens=8)  # 4 prompt + 8 output tokens: 3 blocks each
+    a = Sequence("a", 0, [1, 2, 3, 4], 4, params)
+    b = Sequence("b", 0, [5, 6, 7, 8], 4, params)
+    c = Sequence("c", 0, [9, 10, 11, 12], 4, SamplingParams(max_tokens=8, n=2))
+    for s in (a, b, c):
+        sched.add(s)
+    first = sched.schedule()
+    # a and b fit to completion (6 blocks); c waits although its prompt block is free.
+    assert [s.request_id for s, _ in first.items] == ["a", "b"] and list(sched.waiting) == [c]
+    sched.finish(a)
+    sched.finish(b)
+    # c alone: 1 prompt block + 2 samples x 2 growth blocks = 5 <= 6.
+    assert [s.request_id for s, _ in sched.schedule().items] == ["c"]
+
+    # Nothing running: a request is admitted even when it cannot reach max_tokens.
+    big = BlockManager(num_blocks=2, block_size=4)
+    alone = Scheduler(big, max_num_seqs=4, max_num_batched_tokens=64, reserve_max_tokens=True)
+    long = Sequence("long", 0, [1, 2, 3, 4], 4, SamplingParams(max_tokens=100))
+    alone.add(long)
+    assert [s.request_id for s, _ in alone.schedule().items] == ["long"]
+
+
 def test_invalid_sizes_are_rejected() -> None:
     with pytest.raises(ValueError, match="num_blocks"):
         BlockManager(num_blocks=0, block_size=4)
