@@ -69,6 +69,7 @@ class Pipeline:
             max_num_seqs=settings.max_batch_size,
             max_num_batched_tokens=settings.max_num_batched_tokens,
             kv_cache_memory_bytes=settings.kv_cache_memory_mb << 20,
+            reserve_max_tokens=settings.reserve_max_tokens,
             cache_dir=settings.model_cache_dir,
             allow_hub=settings.allow_hub,
         )

@@ -35,6 +35,11 @@ class Settings(BaseSettings):
         2048, ge=16, le=65536, description="engine token budget per step"
     )
     kv_cache_memory_mb: int = Field(1024, ge=1, description="engine KV cache memory budget (MiB)")
+    reserve_max_tokens: bool = Field(
+        True,
+        description="engine admits a request only when the KV pool can hold every running "
+        "sequence to max_tokens (false: admit sooner, preempt and recompute when full)",
+    )
 
     # Index and ingestion
     index_dir: Path = Field(Path("indexes"), description="folder holding one sub-folder per index")
