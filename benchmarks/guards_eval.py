@@ -192,13 +192,15 @@ def answer_logprobs(hf: HFGenerator, prompt: str, answers: Sequence[str]) -> lis
     scored = []
     with torch.inference_mode():
         out = model(input_ids=prompt_ids.to(hf.device), use_cache=True, logits_to_keep=1)
+        # transformers 5 renamed the KV cache from `past_key_values` to `cache`.
+        cache_name = "cache" if hasattr(out, "cache") else "past_key_values"
         for answer in answers:
             ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
             if not ids:
                 scored.append([])
                 continue
-            cache = copy.deepcopy(out.past_key_values)
-            rest = model(input_ids=torch.tensor([ids], device=hf.device), past_key_values=cache)
+            cache = copy.deepcopy(getattr(out, cache_name))
+            rest = model(input_ids=torch.tensor([ids], device=hf.device), **{cache_name: cache})
             logits = torch.cat([out.logits[0, -1:], rest.logits[0, :-1]]).float()
             logprobs = torch.log_softmax(logits, dim=-1)
             chosen = logprobs.gather(1, torch.tensor(ids, device=hf.device)[:, None])[:, 0]
