@@ -6,6 +6,7 @@ responses through the helpers below, so they cannot drift apart.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -79,6 +80,11 @@ def _raise_for_status(response: httpx.Response) -> None:
     raise error
 
 
+def _headers(api_key: str | None, reviewer: str | None) -> dict[str, str]:
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    return headers | ({"x-reviewer": reviewer} if reviewer else {})
+
+
 def _ask_body(question: str, options: dict[str, Any]) -> dict[str, Any]:
     return {"question": question, **{k: v for k, v in options.items() if v is not None}}
 
@@ -90,6 +96,62 @@ def _index_params(index: str | None) -> dict[str, str]:
 def _file_parts(path: Path, doc_id: str | None) -> tuple[dict[str, Any], dict[str, str]]:
     files = {"file": (path.name, path.read_bytes())}
     return files, ({"doc_id": doc_id} if doc_id else {})
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """One call as both clients send it; ``is_text``: return the body as text, not JSON."""
+
+    method: str
+    path: str
+    params: dict[str, Any] = field(default_factory=dict)
+    json: dict[str, Any] | None = None
+    is_text: bool = False
+
+
+def _read(response: httpx.Response, is_text: bool = False) -> Any:
+    _raise_for_status(response)
+    if is_text:
+        return response.text
+    return response.json() if response.content else None
+
+
+def _review_path(review_id: str, action: str = "") -> str:
+    return f"/v1/reviews/{quote(review_id)}" + (f"/{action}" if action else "")
+
+
+def _list_reviews(filters: dict[str, Any]) -> _Request:
+    return _Request("GET", "/v1/reviews", {k: v for k, v in filters.items() if v is not None})
+
+
+def _get_review(review_id: str) -> _Request:
+    return _Request("GET", _review_path(review_id))
+
+
+def _release_review(review_id: str) -> _Request:
+    return _Request("POST", _review_path(review_id, "release"))
+
+
+def _claim_review(review_id: str | None) -> _Request:
+    return _Request(
+        "POST", "/v1/reviews/next" if review_id is None else _review_path(review_id, "claim")
+    )
+
+
+def _resolve_review(
+    review_id: str,
+    action: str,
+    edited_answer: str | None,
+    ratings: dict[str, int | None] | None,
+    comment: str,
+) -> _Request:
+    body = {"action": action, "edited_answer": edited_answer, "ratings": ratings or {}}
+    return _Request("POST", _review_path(review_id, "resolve"), json={**body, "comment": comment})
+
+
+def _export_reviews(format: str, status: str | None) -> _Request:
+    params = {"format": format, **({"status": status} if status else {})}
+    return _Request("GET", "/v1/reviews/export", params, is_text=True)
 
 
 class Client:
@@ -105,9 +167,7 @@ class Client:
         transport: httpx.BaseTransport | None = None,
     ):
         """``reviewer`` names you to a server running without API keys (loopback only)."""
-        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        if reviewer:
-            headers["x-reviewer"] = reviewer
+        headers = _headers(api_key, reviewer)
         self._http = httpx.Client(
             base_url=base_url, timeout=timeout_s, headers=headers, transport=transport
         )
@@ -122,9 +182,11 @@ class Client:
         self._http.close()
 
     def _call(self, method: str, url: str, **kwargs: Any) -> Any:
-        response = self._http.request(method, url, **kwargs)
-        _raise_for_status(response)
-        return response.json() if response.content else None
+        return _read(self._http.request(method, url, **kwargs))
+
+    def _send(self, r: _Request) -> Any:
+        response = self._http.request(r.method, r.path, params=r.params, json=r.json)
+        return _read(response, r.is_text)
 
     def ask(self, question: str, **options: Any) -> Result:
         """Ask a question; options: index, top_k, min_score, max_tokens, temperature, seed."""
@@ -176,22 +238,20 @@ class Client:
     def list_reviews(self, **filters: Any) -> dict[str, Any]:
         """A page of review items; filters: status, reason, assignee, min_age_s, max_age_s,
         overdue, offset, limit."""
-        params = {k: v for k, v in filters.items() if v is not None}
-        result: dict[str, Any] = self._call("GET", "/v1/reviews", params=params)
+        result: dict[str, Any] = self._send(_list_reviews(filters))
         return result
 
     def get_review(self, review_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("GET", f"/v1/reviews/{quote(review_id)}")
+        result: dict[str, Any] = self._send(_get_review(review_id))
         return result
 
     def claim_review(self, review_id: str | None = None) -> dict[str, Any] | None:
         """Claim an item (None: the most urgent one; None back when the queue is empty)."""
-        path = "/v1/reviews/next" if review_id is None else f"/v1/reviews/{quote(review_id)}/claim"
-        result: dict[str, Any] | None = self._call("POST", path)
+        result: dict[str, Any] | None = self._send(_claim_review(review_id))
         return result
 
     def release_review(self, review_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("POST", f"/v1/reviews/{quote(review_id)}/release")
+        result: dict[str, Any] = self._send(_release_review(review_id))
         return result
 
     def resolve_review(
@@ -204,22 +264,14 @@ class Client:
         comment: str = "",
     ) -> dict[str, Any]:
         """approve, edit (with ``edited_answer``), reject or escalate a claimed item."""
-        body = {
-            "action": action,
-            "edited_answer": edited_answer,
-            "ratings": ratings or {},
-            "comment": comment,
-        }
-        result: dict[str, Any] = self._call(
-            "POST", f"/v1/reviews/{quote(review_id)}/resolve", json=body
-        )
+        request = _resolve_review(review_id, action, edited_answer, ratings, comment)
+        result: dict[str, Any] = self._send(request)
         return result
 
     def export_reviews(self, *, format: str = "jsonl", status: str | None = None) -> str:
-        params = {"format": format, **({"status": status} if status else {})}
-        response = self._http.get("/v1/reviews/export", params=params)
-        _raise_for_status(response)
-        return response.text
+        """Every item (or those of one status) with its ratings, as JSON lines or CSV text."""
+        text: str = self._send(_export_reviews(format, status))
+        return text
 
 
 class AsyncClient:
@@ -231,9 +283,11 @@ class AsyncClient:
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         api_key: str | None = None,
+        reviewer: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ):
-        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        """``reviewer`` names you to a server running without API keys (loopback only)."""
+        headers = _headers(api_key, reviewer)
         self._http = httpx.AsyncClient(
             base_url=base_url, timeout=timeout_s, headers=headers, transport=transport
         )
@@ -248,9 +302,11 @@ class AsyncClient:
         await self._http.aclose()
 
     async def _call(self, method: str, url: str, **kwargs: Any) -> Any:
-        response = await self._http.request(method, url, **kwargs)
-        _raise_for_status(response)
-        return response.json() if response.content else None
+        return _read(await self._http.request(method, url, **kwargs))
+
+    async def _send(self, r: _Request) -> Any:
+        response = await self._http.request(r.method, r.path, params=r.params, json=r.json)
+        return _read(response, r.is_text)
 
     async def ask(self, question: str, **options: Any) -> Result:
         return Result.from_dict(
@@ -294,3 +350,38 @@ class AsyncClient:
 
     async def ready(self) -> bool:
         return (await self._http.get("/readyz")).status_code == 200
+
+    # Human review (a reviewer or admin key)
+
+    async def list_reviews(self, **filters: Any) -> dict[str, Any]:
+        result: dict[str, Any] = await self._send(_list_reviews(filters))
+        return result
+
+    async def get_review(self, review_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._send(_get_review(review_id))
+        return result
+
+    async def claim_review(self, review_id: str | None = None) -> dict[str, Any] | None:
+        result: dict[str, Any] | None = await self._send(_claim_review(review_id))
+        return result
+
+    async def release_review(self, review_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._send(_release_review(review_id))
+        return result
+
+    async def resolve_review(
+        self,
+        review_id: str,
+        action: str,
+        *,
+        edited_answer: str | None = None,
+        ratings: dict[str, int | None] | None = None,
+        comment: str = "",
+    ) -> dict[str, Any]:
+        request = _resolve_review(review_id, action, edited_answer, ratings, comment)
+        result: dict[str, Any] = await self._send(request)
+        return result
+
+    async def export_reviews(self, *, format: str = "jsonl", status: str | None = None) -> str:
+        text: str = await self._send(_export_reviews(format, status))
+        return text

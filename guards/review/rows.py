@@ -7,15 +7,24 @@ from typing import Any
 
 from guards.review.models import Action, Rating, Ratings, ReviewItem, Status
 
+COLUMNS = (
+    "id, question, answer, candidates, passages, guard_results, confidence, reasons, priority, "
+    "created_at, deadline, status, assignee, claim_expires_at, resolution, edited_answer, "
+    "resolved_by, resolved_at, index_name, index_version, request_id, gold_id"
+)
+"""The columns of ``review_items`` in the order ``item_from_row`` reads them."""
+RATING_COLUMNS = "item_id, reviewer, relevance, fluency, usefulness, comment, created_at"
+"""The columns of ``ratings`` in the order ``rating_from_row`` reads them."""
+
 
 def filters(
     now: float,
     status: Status | None,
-    reason: str | None,
-    assignee: str | None,
-    min_age_s: float | None,
-    max_age_s: float | None,
-    is_overdue: bool | None,
+    reason: str | None = None,
+    assignee: str | None = None,
+    min_age_s: float | None = None,
+    max_age_s: float | None = None,
+    is_overdue: bool | None = None,
 ) -> tuple[str, tuple[Any, ...]]:
     clauses: list[str] = []
     params: list[Any] = []

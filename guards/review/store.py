@@ -13,7 +13,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from guards.review.errors import (
     NotClaimedError,
     ReviewConflictError,
 )
+from guards.review.export import DEFAULT_PAGE_SIZE, export_items, ratings_of
 from guards.review.migrations import DEFAULT_SLA_S, migrate
 from guards.review.models import (
     Action,
@@ -39,15 +40,10 @@ from guards.review.models import (
     Status,
     priority_of,
 )
-from guards.review.rows import dumps, filters, item_from_row, loads, rating_from_row
+from guards.review.rows import COLUMNS, dumps, filters, item_from_row, loads
 
 logger = logging.getLogger(__name__)
 
-_COLUMNS = (
-    "id, question, answer, candidates, passages, guard_results, confidence, reasons, priority, "
-    "created_at, deadline, status, assignee, claim_expires_at, resolution, edited_answer, "
-    "resolved_by, resolved_at, index_name, index_version, request_id, gold_id"
-)
 _SNAPSHOT = ("status", "assignee", "claim_expires_at", "resolution", "edited_answer", "resolved_by")
 _CLAIMABLE = (
     "(status IN ('pending', 'escalated') OR (status = 'claimed' AND claim_expires_at <= ?))"
@@ -183,17 +179,10 @@ class ReviewStore:
             return self._get(cur, item_id, self.clock())
 
     def _get(self, cur: Cursor, item_id: str, now: float) -> ReviewItem:
-        row = cur.execute(
-            f"SELECT {_COLUMNS} FROM review_items WHERE id = ?", (item_id,)
-        ).fetchone()
+        row = cur.execute(f"SELECT {COLUMNS} FROM review_items WHERE id = ?", (item_id,)).fetchone()
         if row is None:
             raise ItemNotFoundError(f"no review item has id {item_id!r}")
-        ratings = cur.execute(
-            "SELECT item_id, reviewer, relevance, fluency, usefulness, comment, created_at "
-            "FROM ratings WHERE item_id = ? ORDER BY created_at",
-            (item_id,),
-        ).fetchall()
-        return item_from_row(row, now, [rating_from_row(r) for r in ratings])
+        return item_from_row(row, now, ratings_of(cur, [item_id]).get(item_id, []))
 
     def list_items(
         self,
@@ -219,11 +208,18 @@ class ReviewStore:
                 cur.execute(f"SELECT COUNT(*) FROM review_items {where}", params).fetchone() or (0,)
             )[0]
             rows = cur.execute(
-                f"SELECT {_COLUMNS} FROM review_items {where} ORDER BY {order} LIMIT ? OFFSET ?",
+                f"SELECT {COLUMNS} FROM review_items {where} ORDER BY {order} LIMIT ? OFFSET ?",
                 (*params, limit, offset),
             ).fetchall()
             items = [item_from_row(r, now, []) for r in rows]
         return items, int(total)
+
+    def export_items(
+        self, status: Status | None = None, *, page_size: int = DEFAULT_PAGE_SIZE
+    ) -> Iterator[ReviewItem]:
+        """Every item (of one status) with its ratings, oldest first, by keyset pages: each item
+        that existed when the export began comes exactly once, whatever changes meanwhile."""
+        return export_items(self.db, self.clock, status, page_size=page_size)
 
     def audit(self, item_id: str | None = None, *, limit: int = 1000) -> list[AuditEntry]:
         """The audit log, oldest first (of one item, or of all)."""

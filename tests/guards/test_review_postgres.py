@@ -96,6 +96,10 @@ def test_the_workflow_on_postgresql(pg_url: str) -> None:
     assert [e.action for e in store.audit(ids[0])] == ["created", "claim", "claim", "edit"]
     store.rate(ids[0], "bob", Ratings(relevance=2))
     assert queue_stats(store).num_multiply_rated == 1
+    exported = list(store.export_items(page_size=3))  # one timestamp: the id orders the pages
+    assert sorted(i.id for i in exported) == sorted(i.id for i in store.list_items()[0])
+    assert len(next(i for i in exported if i.id == ids[0]).ratings) == 2
+    assert [i.id for i in store.export_items(Status.EDITED, page_size=1)] == [ids[0]]
     store.close()
     assert ReviewStore(pg_url).schema_version == 2  # migrating again is a no-op
 

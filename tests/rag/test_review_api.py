@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import time
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -16,6 +17,8 @@ from guards import Policy
 from guards.review import NewItem
 from rag.server import create_app
 from rag.server.auth import KeyStore, Role, check_bind
+from rag.server.routers import reviews
+from rag.server.routers.reviews import export_rows
 
 QUESTION = "What does a KV cache avoid recomputing?"
 ANN = {"x-reviewer": "ann"}
@@ -138,6 +141,41 @@ def test_export_as_jsonl_and_csv(client: TestClient) -> None:
     assert response.headers["content-type"].startswith("text/csv")
     rows = list(csv.DictReader(io.StringIO(response.text)))
     assert rows[0]["id"] == item_id and rows[0]["resolution"] == "reject"
+
+
+def test_export_streams_each_item_once_while_reviewers_work(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reviews, "_EXPORT_PAGE", 3)
+    store = client.app.state.ragguard.reviews  # type: ignore[attr-defined]
+    store.add_gold("Capital of France?", "Paris.", is_correct=True)
+    for i in range(10):
+        queued(client, f"q{i}?")  # and one gold item comes with them
+    items = sorted(store.list_items(limit=100)[0], key=lambda i: (i.created_at, i.id))
+    start_ids = [i.id for i in items]  # in export order
+    assert len(start_ids) == 11
+
+    rows = export_rows(store, None, show_gold=False)
+    seen = [next(rows) for _ in range(4)]  # two pages of three read
+    late = queued(client, "late?")
+    for item_id, who in [(start_ids[0], ANN), (start_ids[7], BOB), (start_ids[-1], ANN)]:
+        assert client.post(f"/v1/reviews/{item_id}/claim", headers=who).status_code == 200
+    resolved = client.post(
+        f"/v1/reviews/{start_ids[-1]}/resolve",
+        headers=ANN,
+        json={"action": "approve", "ratings": {"relevance": 3}},
+    )
+    assert resolved.status_code == 200, resolved.text
+    seen += list(rows)
+
+    counts = Counter(row["id"] for row in seen)
+    assert {i: counts[i] for i in start_ids} == dict.fromkeys(start_ids, 1)
+    assert counts[late] <= 1 and all("is_gold" not in row for row in seen)
+    last = next(row for row in seen if row["id"] == start_ids[-1])  # read after it was resolved
+    assert last["status"] == "approved" and last["ratings"][0]["relevance"] == 3
+    admin_rows = list(export_rows(store, None, show_gold=True))
+    assert sum(row["is_gold"] for row in admin_rows) == 1
+    assert all("audit" not in row for row in admin_rows)
 
 
 @pytest.mark.parametrize(

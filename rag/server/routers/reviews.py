@@ -120,16 +120,10 @@ def export_reviews(
 def export_rows(
     store: ReviewStore, status: Status | None, *, show_gold: bool
 ) -> Iterator[dict[str, Any]]:
-    offset = 0
-    while True:
-        page, _ = store.list_items(status=status, offset=offset, limit=_EXPORT_PAGE)
-        for item in page:
-            full = store.get(item.id)  # with ratings
-            out = ReviewOut.from_item(full, store.clock(), show_gold=show_gold)
-            yield out.model_dump(exclude={"audit", "is_gold"} if not show_gold else {"audit"})
-        if len(page) < _EXPORT_PAGE:
-            return
-        offset += _EXPORT_PAGE
+    """Export rows, oldest item first; only an admin sees which items are gold."""
+    for item in store.export_items(status, page_size=_EXPORT_PAGE):
+        out = ReviewOut.from_item(item, store.clock(), show_gold=show_gold)
+        yield out.model_dump(exclude={"audit", "is_gold"} if not show_gold else {"audit"})
 
 
 _CSV_FIELDS = [
