@@ -1,6 +1,6 @@
 """The answer cache: a reviewer's approved or edited answer, keyed by the normalised question,
 the index name and the index version. ``put`` runs inside the resolution's transaction, so a
-resolved item and its cached answer are committed together."""
+resolved item, its cached answer and the pruning of older versions are committed together."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from guards.review.models import CachedAnswer, ReviewItem, normalise_question
 def put(cur: Cursor, item: ReviewItem, reviewer: str, now: float) -> None:
     """Remember ``item``'s final answer for its question on the index version it was asked on
     (replacing an earlier review of the same; an item from an older version of the index never
-    displaces the answer for the current one)."""
+    displaces the answer for the current one), and drop the rows of the index's older versions."""
     cur.execute(
         "INSERT INTO answer_cache VALUES (?, ?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (question_key, index_name, index_version) DO UPDATE SET "
@@ -30,6 +30,22 @@ def put(cur: Cursor, item: ReviewItem, reviewer: str, now: float) -> None:
             now,
         ),
     )
+    prune_older_versions(cur, item.index_name, item.index_version)
+
+
+def prune_older_versions(cur: Cursor, index_name: str, index_version: str) -> int:
+    """Delete an index's cached answers of versions older than ``index_version``; how many went.
+
+    Version strings have no order, so a version's age is when the queue first saw it (its first
+    review item): an index version never comes back once the index has changed. A version first
+    seen at the same moment, or later, is kept, as are versions no item was queued under."""
+    return cur.execute(
+        "DELETE FROM answer_cache WHERE index_name = ? AND index_version IN ("
+        "SELECT index_version FROM review_items WHERE index_name = ? "
+        "GROUP BY index_version HAVING MIN(created_at) < ("
+        "SELECT MIN(created_at) FROM review_items WHERE index_name = ? AND index_version = ?))",
+        (index_name, index_name, index_name, index_version),
+    ).rowcount
 
 
 def lookup(cur: Cursor, question: str, index_name: str, index_version: str) -> CachedAnswer | None:
@@ -46,8 +62,11 @@ def lookup(cur: Cursor, question: str, index_name: str, index_version: str) -> C
 
 
 def invalidate(cur: Cursor, index_name: str, keep_version: str | None = None) -> int:
-    """Delete an index's cached answers except those of ``keep_version``; how many went."""
+    """Delete an index's cached answers except those of ``keep_version`` (all when ``None``);
+    how many went."""
+    if keep_version is None:
+        return cur.execute("DELETE FROM answer_cache WHERE index_name = ?", (index_name,)).rowcount
     return cur.execute(
         "DELETE FROM answer_cache WHERE index_name = ? AND index_version <> ?",
-        (index_name, keep_version or ""),
+        (index_name, keep_version),
     ).rowcount

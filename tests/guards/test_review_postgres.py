@@ -100,6 +100,11 @@ def test_the_workflow_on_postgresql(pg_url: str) -> None:
     assert sorted(i.id for i in exported) == sorted(i.id for i in store.list_items()[0])
     assert len(next(i for i in exported if i.id == ids[0]).ratings) == 2
     assert [i.id for i in store.export_items(Status.EDITED, page_size=1)] == [ids[0]]
+    now[0] += 1
+    newer = store.add(NewItem("q9?", "c.", index_name="demo", index_version="v2")).id
+    store.claim(newer, "ann")
+    store.resolve(newer, "ann", Action.APPROVE)
+    assert store.cached_answer("Q0", "demo", "v1") is None  # the older version's rows went
     store.close()
     assert ReviewStore(pg_url).schema_version == 2  # migrating again is a no-op
 

@@ -266,6 +266,28 @@ def test_approving_an_item_from_an_older_index_keeps_the_current_answer(
     assert current is not None and current.answer == "New answer."
 
 
+def test_an_answer_for_a_newer_version_drops_the_older_versions_rows(
+    store: ReviewStore, clock: Clock
+) -> None:
+    def approve(question: str, **kw: object) -> None:
+        item = store.add(flagged(question, **kw))
+        store.claim(item.id, "ann")
+        store.resolve(item.id, "ann", Action.APPROVE)
+
+    approve("Who built it?", index_version="v1")
+    approve("Who built it?", index_name="other", index_version="v1")
+    stale = store.add(flagged("When was it built?", index_version="v1"))
+    clock.now += 10
+    approve("How tall is it?", index_version="v2")
+    assert store.cached_answer("Who built it?", "demo", "v1") is None
+    assert store.cached_answer("Who built it?", "other", "v1") is not None
+    assert store.cached_answer("How tall is it?", "demo", "v2") is not None
+    store.claim(stale.id, "ann")  # an item of the older version, resolved late
+    store.resolve(stale.id, "ann", Action.APPROVE)
+    assert store.cached_answer("How tall is it?", "demo", "v2") is not None
+    assert store.invalidate("other") == 1  # no keep_version: every row of the index
+
+
 def test_gold_items_are_mixed_in_and_score_reviewers(tmp_path: Path) -> None:
     store = ReviewStore(tmp_path / "g.sqlite", gold_rate=0.25)
     right = store.add_gold("Capital of France?", "Paris.", is_correct=True)
