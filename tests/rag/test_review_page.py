@@ -94,6 +94,14 @@ def test_a_reviewer_edits_and_approves_flagged_answers_in_the_browser(server: st
     expect(page.locator("#items li")).to_have_count(2)
     expect(page.locator("#queue-count")).to_have_text("1–2 of 2")
 
+    # The age filter: both items were just queued, so none is older than an hour.
+    page.select_option("#f-age", "min_age_s:3600")
+    expect(page.locator("#queue-count")).to_have_text("nothing here")
+    page.select_option("#f-age", "max_age_s:3600")
+    expect(page.locator("#items li")).to_have_count(2)
+    page.select_option("#f-age", "")
+    expect(page.locator("#queue-count")).to_have_text("1–2 of 2")
+
     # Open the first item by keyboard, claim it, edit the answer, rate it, save.
     page.locator("body").press("Enter")
     expect(page.locator("#item-question")).to_have_text(first["question"])
@@ -121,10 +129,18 @@ def test_a_reviewer_edits_and_approves_flagged_answers_in_the_browser(server: st
     expect(page.locator("#item-question")).to_have_text(second["question"])
     page.keyboard.press("c")
     expect(page.locator("#approve")).to_be_enabled()
+    # Relevance 2, fluency 1 (f, 1), usefulness 4 (s, 4); 9 is off the relevance scale.
+    for key in "2f1s49":
+        page.keyboard.press(key)
+    expect(page.locator("#r-relevance")).to_have_value("2")
+    expect(page.locator("#r-fluency")).to_have_value("1")
+    expect(page.locator("#r-usefulness")).to_have_value("4")
     page.keyboard.press("a")
     expect(page.locator("#toast")).to_have_text("approved")
     expect(page.locator("#audit")).to_contain_text("ann · approve → approved")
     expect(page.locator("#queue-count")).to_have_text("nothing here")
+    stored = ask.get(f"/v1/reviews/{second['review_id']}").json()["ratings"]
+    assert [(r["relevance"], r["fluency"], r["usefulness"]) for r in stored] == [(2, 1, 4)]
 
     # Bad input shows the server's reason: resolving again is a 409.
     page.locator("#approve").evaluate("b => b.disabled = false")

@@ -2,7 +2,11 @@
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
-const state = { items: [], selected: -1, item: null, offset: 0, limit: 50, total: 0, editing: false };
+const state = {
+  items: [], selected: -1, item: null, offset: 0, limit: 50, total: 0, editing: false,
+  rating: "relevance", // the dimension the next digit key rates; f and s pick another for one digit
+};
+const RATING_KEYS = { f: "fluency", s: "usefulness" };
 
 function headers() {
   const h = { "content-type": "application/json" };
@@ -62,6 +66,8 @@ async function loadQueue() {
   if (reason) params.set("reason", reason);
   if (assignee) params.set("assignee", assignee);
   if ($("#f-overdue").checked) params.set("overdue", "true");
+  const age = $("#f-age").value; // "min_age_s:3600" or "max_age_s:86400"
+  if (age) params.set(...age.split(":"));
   const page = await api("GET", "/v1/reviews?" + params);
   state.items = page.items;
   state.total = page.total;
@@ -210,7 +216,9 @@ function bind() {
     run(start);
   });
   $("#filters").addEventListener("submit", (e) => { e.preventDefault(); state.offset = 0; run(loadQueue); });
-  $("#f-status").addEventListener("change", () => { state.offset = 0; run(loadQueue); });
+  for (const id of ["#f-status", "#f-age"]) {
+    $(id).addEventListener("change", () => { state.offset = 0; run(loadQueue); });
+  }
   $("#prev").addEventListener("click", () => { state.offset = Math.max(0, state.offset - state.limit); run(loadQueue); });
   $("#next").addEventListener("click", () => { state.offset += state.limit; run(loadQueue); });
   $("#help-button").addEventListener("click", () => $("#help").showModal());
@@ -221,12 +229,29 @@ function bind() {
   document.addEventListener("keydown", onKey);
 }
 
+// Sets one rating from a digit key; a digit outside the dimension's scale is ignored.
+function rate(dimension, digit) {
+  const select = $("#r-" + dimension);
+  if ([...select.options].some((o) => o.value === digit)) select.value = digit;
+}
+
+// The dimension the next digit rates (relevance unless f or s was just pressed).
+function armRating(dimension) {
+  state.rating = dimension;
+  for (const name of ["relevance", "fluency", "usefulness"]) {
+    $("#l-" + name).classList.toggle("armed", name === dimension && name !== "relevance");
+  }
+}
+
 function onKey(e) {
-  if (e.key === "Escape") { if (state.editing) setEditing(false); return; }
+  if (e.key === "Escape") { armRating("relevance"); if (state.editing) setEditing(false); return; }
   const typing = ["INPUT", "TEXTAREA", "SELECT"].includes(document.activeElement?.tagName);
   if (state.editing && e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); run(actions.saveEdit); return; }
   if (typing || e.ctrlKey || e.metaKey || e.altKey) return;
   const itemOpen = !!state.item;
+  if (/^[0-9]$/.test(e.key)) { e.preventDefault(); rate(state.rating, e.key); armRating("relevance"); return; }
+  armRating("relevance");
+  if (itemOpen && RATING_KEYS[e.key]) { e.preventDefault(); armRating(RATING_KEYS[e.key]); return; }
   const keys = {
     j: () => move(1), k: () => move(-1),
     Enter: () => state.items[state.selected] && run(() => openItem(state.items[state.selected].id)),
@@ -237,8 +262,6 @@ function onKey(e) {
     e: () => itemOpen && !$("#edit").disabled && run(actions.edit),
     r: () => itemOpen && !$("#reject").disabled && run(actions.reject),
     x: () => itemOpen && !$("#escalate").disabled && run(actions.escalate),
-    1: () => ($("#r-relevance").value = "1"), 2: () => ($("#r-relevance").value = "2"),
-    3: () => ($("#r-relevance").value = "3"), 0: () => ($("#r-relevance").value = "0"),
   };
   const handler = keys[e.key];
   if (handler) { e.preventDefault(); handler(); }
