@@ -119,7 +119,8 @@ class ReviewStore:
 
     def _maybe_add_gold(self, cur: Cursor, new: NewItem, now: float, priority: float) -> None:
         """Keep gold items at ``gold_rate`` of the queue, placed next to the item just added and
-        looking like it in the list (its confidence and reasons), so reviewers cannot tell."""
+        looking like it (its confidence, reasons, index and index version, and a request id of
+        its own), so reviewers cannot tell. Gold answers never reach the answer cache."""
         if self.gold_rate <= 0:
             return
         num_real, num_gold = cur.execute(
@@ -141,6 +142,9 @@ class ReviewStore:
             passages=json.loads(gold[3]),
             confidence=new.confidence,
             reasons=new.reasons,
+            index_name=new.index_name,
+            index_version=new.index_version,
+            request_id=uuid.uuid4().hex,
         )
         self._insert(cur, disguised, now, priority, gold_id=gold[0])
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
@@ -293,16 +294,22 @@ def test_gold_items_are_mixed_in_and_score_reviewers(tmp_path: Path) -> None:
     right = store.add_gold("Capital of France?", "Paris.", is_correct=True)
     store.add_gold("Capital of Italy?", "Madrid.", is_correct=False)
     for i in range(6):
-        store.add(flagged(f"q{i}"))
+        store.add(flagged(f"q{i}", index_version="v1", request_id=uuid.uuid4().hex))
     items, total = store.list_items(limit=100)
     gold = [i for i in items if i.gold_id]
     assert total == 8 and len(gold) == 2  # 2 of 8 = 25 %
     assert {g.gold_id for g in gold} != {right}  # both gold items are used
     assert all(g.reasons == ["confidence 0.40 < 0.5"] and g.confidence == 0.4 for g in gold)
+    # Nothing in the list tells them apart: same index and version, a request id of their own.
+    real = [i for i in items if not i.gold_id]
+    assert {(g.index_name, g.index_version) for g in gold} == {(real[0].index_name, "v1")}
+    request_ids = [i.request_id for i in items]
+    assert all(len(r) == 32 for r in request_ids) and len(set(request_ids)) == 8
     for g in gold:
         store.claim(g.id, "ann")
         store.resolve(g.id, "ann", Action.APPROVE)  # right once, wrong once
-        assert store.cached_answer(g.question, "", "") is None  # gold never reaches users
+        # gold never reaches users
+        assert store.cached_answer(g.question, g.index_name, g.index_version) is None
     stats = queue_stats(store)
     ann = next(r for r in stats.reviewers if r.reviewer == "ann")
     assert ann.num_gold == 2 and ann.num_gold_correct == 1 and ann.gold_accuracy == 0.5
