@@ -8,7 +8,6 @@ leaves a change without its audit row. SQLite (WAL, ``synchronous=FULL``) by def
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -17,17 +16,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from guards.review import answer_cache
+from guards.review import answer_cache, gold
 from guards.review.backend import Cursor, Database
-from guards.review.errors import (
-    AlreadyResolvedError,
-    ClaimConflictError,
-    ClaimExpiredError,
-    InvalidReviewError,
-    ItemNotFoundError,
-    NotClaimedError,
-    ReviewConflictError,
-)
+from guards.review.errors import InvalidReviewError, ItemNotFoundError, ReviewConflictError
 from guards.review.export import DEFAULT_PAGE_SIZE, export_items, ratings_of
 from guards.review.migrations import DEFAULT_SLA_S, migrate
 from guards.review.models import (
@@ -40,6 +31,7 @@ from guards.review.models import (
     Status,
     priority_of,
 )
+from guards.review.refusal import why_no_row_matched
 from guards.review.rows import COLUMNS, dumps, filters, item_from_row, loads
 
 logger = logging.getLogger(__name__)
@@ -121,32 +113,20 @@ class ReviewStore:
         """Keep gold items at ``gold_rate`` of the queue, placed next to the item just added and
         looking like it (its confidence, reasons, index and index version, and a request id of
         its own), so reviewers cannot tell. Gold answers never reach the answer cache."""
-        if self.gold_rate <= 0:
-            return
-        num_real, num_gold = cur.execute(
-            "SELECT COUNT(*) - COUNT(gold_id), COUNT(gold_id) FROM review_items"
-        ).fetchone() or (0, 0)
-        if (num_gold + 1) / (num_real + num_gold + 1) > self.gold_rate:
-            return
-        gold = cur.execute(
-            "SELECT g.id, g.question, g.answer, g.passages FROM gold_items g "
-            "LEFT JOIN review_items r ON r.gold_id = g.id "
-            "GROUP BY g.id, g.question, g.answer, g.passages, g.created_at "
-            "ORDER BY COUNT(r.id), g.created_at LIMIT 1"
-        ).fetchone()
-        if gold is None:
+        picked = gold.next_due(cur, self.gold_rate)
+        if picked is None:
             return
         disguised = NewItem(
-            gold[1],
-            gold[2],
-            passages=json.loads(gold[3]),
+            picked.question,
+            picked.answer,
+            passages=picked.passages,
             confidence=new.confidence,
             reasons=new.reasons,
             index_name=new.index_name,
             index_version=new.index_version,
             request_id=uuid.uuid4().hex,
         )
-        self._insert(cur, disguised, now, priority, gold_id=gold[0])
+        self._insert(cur, disguised, now, priority, gold_id=picked.id)
 
     def add_gold(
         self,
@@ -159,22 +139,8 @@ class ReviewStore:
         """A question with a known-right (or known-wrong) answer, used to score reviewers.
 
         Adding the same question and answer again is a no-op returning the same id."""
-        if not question.strip() or not answer.strip():
-            raise InvalidReviewError("a gold item needs a question and an answer")
-        gold_id = hashlib.sha256(f"{question}\0{answer}".encode()).hexdigest()[:32]
         with self.db.transaction() as cur:
-            cur.execute(
-                "INSERT INTO gold_items VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
-                (
-                    gold_id,
-                    question,
-                    answer,
-                    int(is_correct),
-                    json.dumps(passages or []),
-                    self.clock(),
-                ),
-            )
-        return gold_id
+            return gold.add(cur, question, answer, is_correct, passages or [], self.clock())
 
     # Reading
 
@@ -252,7 +218,7 @@ class ReviewStore:
                 (actor, expires, item_id, now, actor),
             ).rowcount
             if not updated:
-                raise self._why_not(
+                raise why_no_row_matched(
                     self._snapshot(cur, item_id), item_id, actor, now, claiming=True
                 )
             return self._changed(cur, item_id, actor, "claim", before, now)
@@ -286,7 +252,7 @@ class ReviewStore:
                 (item_id, actor),
             ).rowcount
             if not updated:
-                raise self._why_not(
+                raise why_no_row_matched(
                     self._snapshot(cur, item_id), item_id, actor, now, releasing=True
                 )
             return self._changed(cur, item_id, actor, "release", before, now)
@@ -330,7 +296,7 @@ class ReviewStore:
                 ),
             ).rowcount
             if not updated:
-                raise self._why_not(self._snapshot(cur, item_id), item_id, actor, now)
+                raise why_no_row_matched(self._snapshot(cur, item_id), item_id, actor, now)
             if ratings is not None and not ratings.is_empty:
                 self._put_ratings(cur, item_id, actor, ratings, now)
             item = self._changed(cur, item_id, actor, action.value, before, now, ratings)
@@ -415,38 +381,4 @@ class ReviewStore:
             "INSERT INTO audit_log (item_id, actor, action, at, before_state, after_state) "
             "VALUES (?, ?, ?, ?, ?, ?)",
             (item_id, actor, action, now, dumps(before), dumps(after)),
-        )
-
-    @staticmethod
-    def _why_not(
-        row: dict[str, Any] | None,
-        item_id: str,
-        actor: str,
-        now: float,
-        *,
-        claiming: bool = False,
-        releasing: bool = False,
-    ) -> Exception:
-        """The error that explains why a conditional update matched no row. ``row`` is read
-        after the update: on PostgreSQL another transaction may have committed in between."""
-        if row is None:
-            return ItemNotFoundError(f"no review item has id {item_id!r}")
-        status, assignee, expires = Status(row["status"]), row["assignee"], row["claim_expires_at"]
-        if not status.is_open:
-            return AlreadyResolvedError(
-                f"item {item_id} was already {status.value} by {row['resolved_by']}"
-            )
-        live = status is Status.CLAIMED and expires is not None and now < expires
-        if live and assignee != actor:
-            return ClaimConflictError(
-                f"item {item_id} is claimed by {assignee} for another {expires - now:.0f} s"
-            )
-        if claiming:  # unreachable: the update matches every other case
-            return ReviewConflictError(f"item {item_id} cannot be claimed")
-        if status is Status.CLAIMED and assignee == actor and not releasing:
-            return ClaimExpiredError(
-                f"your claim on item {item_id} expired {now - expires:.0f} s ago; claim it again"
-            )
-        return NotClaimedError(
-            f"you ({actor}) do not hold a claim on item {item_id}; claim it first"
         )
