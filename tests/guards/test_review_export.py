@@ -7,28 +7,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from fake_clock import Clock
 
 from guards.review import Action, NewItem, Ratings, ReviewItem, ReviewStore, Status
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def store(tmp_path: Path, clock: Clock) -> Iterator[ReviewStore]:
-    s = ReviewStore(tmp_path / "reviews.sqlite", claim_ttl_s=60, gold_rate=0, clock=clock)
-    yield s
-    s.close()
 
 
 def fill(store: ReviewStore, clock: Clock, num_items: int) -> list[str]:

@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from fake_clock import Clock
 
 from guards.review import (
     Action,
@@ -27,28 +28,6 @@ from guards.review import (
     queue_stats,
 )
 from guards.review.backend import Cursor
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def store(tmp_path: Path, clock: Clock):  # type: ignore[no-untyped-def]
-    s = ReviewStore(
-        tmp_path / "reviews.sqlite", claim_ttl_s=60, sla_s=3600, gold_rate=0, clock=clock
-    )
-    yield s
-    s.close()
 
 
 def flagged(question: str = "How tall is the Eiffel Tower?", **kw: object) -> NewItem:
