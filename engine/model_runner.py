@@ -42,17 +42,17 @@ class ModelRunner:
     def gather_buffers(self, num_blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Key and value buffers with room for ``num_blocks`` gathered blocks, grown (by half as
         much again) when a step needs more, then kept for every later layer and step."""
-        if self._gather_buffers is None or self._gather_buffers[0].shape[0] < num_blocks:
+        buffers = self._gather_buffers
+        current = 0 if buffers is None else buffers[0].shape[0]
+        if buffers is None or current < num_blocks:
             k_cache = self.kv_caches[0][0]
-            size = max(
-                num_blocks,
-                3 * (0 if self._gather_buffers is None else self._gather_buffers[0].shape[0]) // 2,
+            shape = (max(num_blocks, 3 * current // 2), *k_cache.shape[1:])
+            buffers = (
+                torch.empty(shape, dtype=k_cache.dtype, device=self.device),
+                torch.empty(shape, dtype=k_cache.dtype, device=self.device),
             )
-            self._gather_buffers = (
-                torch.empty((size, *k_cache.shape[1:]), dtype=k_cache.dtype, device=self.device),
-                torch.empty((size, *k_cache.shape[1:]), dtype=k_cache.dtype, device=self.device),
-            )
-        return self._gather_buffers
+            self._gather_buffers = buffers
+        return buffers
 
     def _group(
         self,

@@ -163,7 +163,6 @@ class LlamaForCausalLM(nn.Module):
         state = {k: v for k, v in state.items() if not k.endswith("rotary_emb.inv_freq")}
         missing, unexpected = self.load_state_dict(state, strict=False)
         missing = [m for m in missing if not (self.tie_word_embeddings and m == "lm_head.weight")]
-        missing = [m for m in missing if not m.endswith("rotary.inv_freq")]
         if missing or unexpected:
             raise ValueError(
                 "weights do not match the model: "
