@@ -13,6 +13,10 @@ c. Batch-1 decode tokens/s vs HF (median of 3, alternated), and vs the memory-ba
 d. Prefix cache: time to first token with a repeated 400-token prefix, hit vs miss.
 e. Roofline: decode FLOP/s at the batch of (a) vs plain ``torch.mm`` on the model's own shapes.
 
+With ``--device cuda --cuda-graphs``, (a) and (c) also run our engine with decode steps replayed as
+CUDA graphs (``ours-cuda-graphs``), side by side with the eager engine; GPU runs report peak GPU
+memory beside peak RSS.
+
 Prompts are real text (MuSiQue passages) cut to exact token lengths; outputs ignore end-of-sequence
 so that every run produces exactly the requested tokens. The last line printed is one JSON object.
 """
@@ -36,6 +40,14 @@ sys.path.insert(0, str(ROOT))
 DEFAULT_DATA_DIR = ROOT.parent / "shared" / "data"
 SEED = 0
 DEVICE = "cpu"  # --device; workers get it on their command line
+
+
+def synchronize() -> None:
+    """Wait for queued GPU work, so that a host clock measures it."""
+    import torch
+
+    if DEVICE.startswith("cuda"):
+        torch.cuda.synchronize()
 
 
 def token_stream(data_dir: Path, tokenizer: Any, num_tokens: int) -> list[int]:
@@ -65,15 +77,25 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def peak_memory() -> dict[str, float]:
+    """Peak resident memory of this process, and peak GPU memory allocated on a GPU run."""
+    peaks = {"peak_rss_mb": peak_rss_mb()}
+    if DEVICE.startswith("cuda"):
+        import torch
+
+        peaks["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    return peaks
+
+
 # ---------------------------------------------------------------- workers (one process each)
 def worker_load(args: argparse.Namespace) -> dict[str, Any]:
-    """(a) for one variant: ours, hf-single, hf-batch-8, hf-batch-32."""
+    """(a) for one variant: ours, ours-cuda-graphs, hf-single, hf-batch-8, hf-batch-32."""
     from engine import EngineConfig, SamplingParams
 
     spec = json.loads(Path(args.requests_file).read_text())
     requests = [(r[0], r[1]) for r in spec["requests"]]
     variant = args.worker_variant
-    if variant == "ours":
+    if variant.startswith("ours"):
         from engine.llm_engine import LLMEngine
 
         engine = LLMEngine(
@@ -82,6 +104,7 @@ def worker_load(args: argparse.Namespace) -> dict[str, Any]:
                 max_num_seqs=64,
                 max_num_batched_tokens=2048,
                 kv_cache_memory_bytes=spec["kv_bytes"],
+                cuda_graphs=variant == "ours-cuda-graphs",
             )
         )
         params = [SamplingParams(max_tokens=n, ignore_eos=True) for _, n in requests]
@@ -118,7 +141,7 @@ def worker_load(args: argparse.Namespace) -> dict[str, Any]:
         "output_tokens": produced,
         "elapsed_s": elapsed,
         "tokens_per_s": produced / elapsed,
-        "peak_rss_mb": peak_rss_mb(),
+        **peak_memory(),
         **extra,
     }
 
@@ -153,35 +176,41 @@ def bench_self_consistency(
 
 
 def bench_decode(
-    engine: Any, hf: Any, params_cls: Any, stream: list[int], max_tokens: int
+    generators: dict[str, Any], params_cls: Any, stream: list[int], max_tokens: int
 ) -> dict[str, Any]:
+    """``generators``: "ours" and "hf", and "ours_cuda_graphs" when measured."""
     import torch
 
     prompt = stream[3000:3197]
     params = params_cls(max_tokens=max_tokens, ignore_eos=True)
-    samples: dict[str, list[float]] = {"ours": [], "hf": []}
-    for _ in range(3):  # alternated, so that a slow spell of the machine hits both sides
-        for name, gen in (("ours", engine), ("hf", hf)):
+    samples: dict[str, list[float]] = {name: [] for name in generators}
+    for _ in range(3):  # alternated, so that a slow spell of the machine hits every side
+        for name, gen in generators.items():
             out = gen.generate([prompt], params)[0]
             t = out.timing
             samples[name].append(
                 (len(out.outputs[0].token_ids) - 1) / (t.e2e_latency_s - t.time_to_first_token_s)
             )
     rates = {name: statistics.median(rates) for name, rates in samples.items()}
-    model_bytes = sum(p.numel() * p.element_size() for p in engine.model.parameters())
-    src = torch.ones(256 << 20, dtype=torch.uint8)
+    model = generators["ours"].model
+    model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    src = torch.ones(256 << 20, dtype=torch.uint8, device=DEVICE)
     dst = torch.zeros_like(src)  # allocated and touched beforehand: measure copying, not paging
     copies = []
     for _ in range(5):
+        synchronize()
         started = time.perf_counter()
         dst.copy_(src)
+        synchronize()
         copies.append(2 * src.numel() / (time.perf_counter() - started))
     bandwidth = statistics.median(copies)
     bound = bandwidth / model_bytes
+    figures = {f"{name}_tokens_per_s": rate for name, rate in rates.items()}
+    for name in rates:
+        if name != "hf":
+            figures[f"{name}_over_hf"] = rates[name] / rates["hf"]
     return {
-        "ours_tokens_per_s": rates["ours"],
-        "hf_tokens_per_s": rates["hf"],
-        "ours_over_hf": rates["ours"] / rates["hf"],
+        **figures,
         "model_bytes": model_bytes,
         "copy_bandwidth_gb_s": bandwidth / 1e9,
         "bandwidth_bound_tokens_per_s": bound,
@@ -217,20 +246,24 @@ def bench_roofline(engine: Any, params_cls: Any, stream: list[int], batch: int) 
     ):
         engine.step()  # prefill everything first
     steps = 16
+    synchronize()
     started = time.perf_counter()
     for _ in range(steps):
         engine.step()
+    synchronize()
     decode_tokens_per_s = batch * steps / (time.perf_counter() - started)
     while engine.has_unfinished_requests():
         engine.step()
     weights = [m.weight for m in engine.model.modules() if isinstance(m, torch.nn.Linear)]
     flops_per_token = sum(2 * w.numel() for w in weights)
-    x = {w.shape[1]: torch.randn(batch, w.shape[1]) for w in weights}
+    x = {w.shape[1]: torch.randn(batch, w.shape[1]).to(w) for w in weights}
     timings = []
     for _ in range(20):
+        synchronize()
         started = time.perf_counter()
         for w in weights:
             torch.mm(x[w.shape[1]], w.t())
+        synchronize()
         timings.append(time.perf_counter() - started)
     achieved = decode_tokens_per_s * flops_per_token
     peak = batch * flops_per_token / min(timings)  # the best of 20: the machine's peak
@@ -247,6 +280,8 @@ def run_worker(variant: str, requests_file: Path) -> dict[str, Any]:
     cmd = [
         sys.executable,
         __file__,
+        "--device",
+        DEVICE,
         "--worker-variant",
         variant,
         "--requests-file",
@@ -261,11 +296,18 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller versions of the same five")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="also run our engine with CUDA-graph decode in (a) and (c) (CUDA only)",
+    )
     parser.add_argument("--worker-variant", help=argparse.SUPPRESS)
     parser.add_argument("--requests-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
     global DEVICE
     DEVICE = args.device
+    if args.cuda_graphs and not DEVICE.startswith("cuda"):
+        parser.error("--cuda-graphs needs --device cuda")
     if args.worker_variant:
         print(json.dumps(worker_load(args)))
         return
@@ -285,6 +327,8 @@ def main() -> None:
     num_requests = 16 if q else 64
     requests = rag_requests(stream, num_requests, (150, 600), (16, 32) if q else (64, 128))
     variants = ["ours", "hf-single", "hf-batch-8"] + ([] if q else ["hf-batch-32"])
+    if args.cuda_graphs:
+        variants.insert(1, "ours-cuda-graphs")
     with tempfile.TemporaryDirectory() as tmp:
         spec = Path(tmp) / "requests.json"
         spec.write_text(
@@ -297,16 +341,24 @@ def main() -> None:
     load_ratios = {
         f"ours_over_{v.replace('-', '_')}": ours / load[v]["tokens_per_s"]
         for v in variants
-        if v != "ours"
+        if not v.startswith("ours")
     }
+    if args.cuda_graphs:
+        graphed = load["ours-cuda-graphs"]["tokens_per_s"]
+        load_ratios["cuda_graphs_over_eager"] = graphed / ours
+        load_ratios["cuda_graphs_over_hf_single"] = graphed / load["hf-single"]["tokens_per_s"]
 
-    hf = HFGenerator(EngineConfig(device=DEVICE, max_num_seqs=1))
+    decoders = {"ours": engine, "hf": HFGenerator(EngineConfig(device=DEVICE, max_num_seqs=1))}
+    if args.cuda_graphs:
+        decoders["ours_cuda_graphs"] = LLMEngine(
+            EngineConfig(device=DEVICE, kv_cache_memory_bytes=512 << 20, cuda_graphs=True)
+        )
     results = {
         "a_rag_load": {"num_requests": num_requests, "runs": load, **load_ratios},
         "b_self_consistency": bench_self_consistency(
             LLMEngine, EngineConfig, SamplingParams, stream, 16 if q else 64
         ),
-        "c_decode_batch1": bench_decode(engine, hf, SamplingParams, stream, 32 if q else 128),
+        "c_decode_batch1": bench_decode(decoders, SamplingParams, stream, 32 if q else 128),
         "d_prefix_cache": bench_prefix_cache(engine, SamplingParams, stream, 3 if q else 5),
     }
     results["e_roofline"] = bench_roofline(engine, SamplingParams, stream, min(num_requests, 64))
@@ -322,9 +374,10 @@ def main() -> None:
         targets["a_vs_hf_batch_32>=1.2"] = load_ratios["ours_over_hf_batch_32"] >= 1.2
     print(f"\n(a) {num_requests} RAG-shaped requests, output tokens/s and peak RSS")
     for v, r in load.items():
+        gpu = f"  GPU {r['peak_gpu_mb']:7.0f} MB" if "peak_gpu_mb" in r else ""
         print(
-            f"  {v:12s} {r['tokens_per_s']:8.1f} tok/s  {r['elapsed_s']:7.1f} s  "
-            f"{r['peak_rss_mb']:7.0f} MB"
+            f"  {v:16s} {r['tokens_per_s']:8.1f} tok/s  {r['elapsed_s']:7.1f} s  "
+            f"RSS {r['peak_rss_mb']:7.0f} MB{gpu}"
         )
     for k, v in load_ratios.items():
         print(f"  {k}: {v:.2f}x")

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # GPU check, for a CUDA machine (under 5 minutes): the CUDA correctness tests against transformers
-# (engine, generator, faiss-gpu when installed), then the engine benchmarks (a)-(e) on the GPU.
+# (engine eager and with CUDA-graph decode, transformers generator, faiss-gpu when installed), then
+# the engine benchmarks (a)-(e) on the GPU, with the CUDA-graph engine side by side in (a) and (c).
 # Usage: bash benchmarks/gpu_check.sh   (from a checkout whose `make install` has run)
+#   PY=python3 TESTS="tests/engine" bash benchmarks/gpu_check.sh   (another interpreter, fewer tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
+TESTS=${TESTS:-tests}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 "$PY" - <<'PY'
 import torch
 assert torch.cuda.is_available(), "no CUDA device visible"
 print("device:", torch.cuda.get_device_name(0), "torch", torch.__version__)
 PY
-"$PY" -m pytest -q -m gpu tests
-"$PY" benchmarks/engine_speed.py --quick --device cuda
+# shellcheck disable=SC2086  # TESTS is a list of paths
+"$PY" -m pytest -q -m gpu $TESTS
+"$PY" benchmarks/engine_speed.py --device cuda --cuda-graphs "$@"

@@ -43,6 +43,10 @@ class EngineConfig:
     recompute when blocks run out."""
     enable_prefix_caching: bool = True
     """Reuse the KV of prompt blocks seen before (shared system prompts, repeated passages)."""
+    cuda_graphs: bool = False
+    """Replay decode steps as CUDA graphs (CUDA only): one launch per step instead of hundreds,
+    for decode batches up to ``max_num_seqs``. Each shape bucket is captured the first time it
+    is needed; the graphs' activations live in a pool outside ``kv_cache_memory_bytes``."""
     max_batch_wait_ms: float = 0.0
     """AsyncEngine: when idle and a request arrives, wait up to this long (or until
     max_num_seqs are waiting) before the first step, so requests arriving together share it."""

@@ -69,6 +69,9 @@ class LLMEngine:
         from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
         self.config = config = config or EngineConfig()
+        self.device = config.resolved_device()
+        if config.cuda_graphs and not self.device.startswith("cuda"):
+            raise ValueError(f"cuda_graphs needs a CUDA device; the engine runs on {self.device}")
         self.source = resolve_model(config.model, allow_hub=config.allow_hub)
         directory = local_model_dir(self.source, config.cache_dir)
         hf_config = AutoConfig.from_pretrained(directory, local_files_only=not self.source.is_hub)
@@ -85,7 +88,6 @@ class LLMEngine:
         except OSError:
             generation_config = None
         self.eos_token_ids = eos_token_ids(generation_config, tokenizer)
-        self.device = config.resolved_device()
         dtype = getattr(torch, config.resolved_dtype())
         model = LlamaForCausalLM(hf_config)
         model.load_weights(load_state_dict(Path(directory)))
@@ -93,7 +95,8 @@ class LLMEngine:
         self.max_model_len = config.max_model_len or int(hf_config.max_position_embeddings)
         self.prompts = PromptTokenizer(tokenizer, self.max_model_len)
         per_block = ModelRunner.kv_bytes_per_block(model, config.block_size, dtype)
-        num_blocks = max(1, config.kv_cache_memory_bytes // per_block)
+        # With CUDA graphs one block of the budget is the graphs' scratch block.
+        num_blocks = max(1, config.kv_cache_memory_bytes // per_block - config.cuda_graphs)
         self.block_manager = BlockManager(
             num_blocks, config.block_size, config.enable_prefix_caching
         )
@@ -104,7 +107,15 @@ class LLMEngine:
             reserve_max_tokens=config.reserve_max_tokens,
             max_model_len=self.max_model_len,
         )
-        self.runner = ModelRunner(model, num_blocks, config.block_size, self.device, dtype)
+        max_blocks_per_seq = -(-self.max_model_len // config.block_size)
+        self.runner = ModelRunner(
+            model,
+            num_blocks,
+            config.block_size,
+            self.device,
+            dtype,
+            decode_graphs=(config.max_num_seqs, max_blocks_per_seq) if config.cuda_graphs else None,
+        )
         self._requests: dict[str, _Request] = {}
         self._sinks: dict[str, OutputSink] = {}
         self._collected: dict[str, RequestOutput] = {}

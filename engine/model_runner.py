@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from engine.cuda_graphs import DecodeGraphs
 from engine.layers.attention import AttentionMetadata, CausalChunk, PagedGroup
 from engine.models.llama import LlamaForCausalLM
 from engine.scheduler import ScheduledBatch
@@ -25,11 +26,16 @@ class ModelRunner:
         block_size: int,
         device: str,
         dtype: torch.dtype,
+        decode_graphs: tuple[int, int] | None = None,
     ):
+        """``num_blocks`` KV blocks for the block manager. ``decode_graphs`` = (max_num_seqs,
+        max_blocks_per_seq) replays decode steps up to that size as CUDA graphs; the cache then
+        holds one more block, the graphs' scratch block for padding rows."""
         self.model = model
         self.block_size = block_size
         self.device = torch.device(device)
-        shape = (num_blocks, block_size, model.num_kv_heads, model.head_dim)
+        num_cache_blocks = num_blocks + (decode_graphs is not None)
+        shape = (num_cache_blocks, block_size, model.num_kv_heads, model.head_dim)
         self.kv_caches = [
             (
                 torch.zeros(shape, dtype=dtype, device=self.device),
@@ -38,6 +44,12 @@ class ModelRunner:
             for _ in range(model.num_layers)
         ]
         self._gather_buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.decode_graphs: DecodeGraphs | None = None
+        if decode_graphs is not None:
+            max_num_seqs, max_blocks_per_seq = decode_graphs
+            self.decode_graphs = DecodeGraphs(
+                model, self.kv_caches, num_blocks, max_num_seqs, max_blocks_per_seq
+            )
 
     def gather_buffers(self, num_blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Key and value buffers with room for ``num_blocks`` gathered blocks, grown (by half as
@@ -108,6 +120,16 @@ class ModelRunner:
     def run(self, batch: ScheduledBatch) -> tuple[list[Sequence], torch.Tensor]:
         """Compute the scheduled tokens; return the sequences that reached their end (and so
         sample a next token) with their logits, one row each."""
+        graphs = self.decode_graphs
+        if graphs is not None and _is_decode_only(batch):
+            seqs = [seq for seq, _ in batch.items]
+            if graphs.can_run(len(seqs), max(len(s.block_table) for s in seqs)):
+                logits = graphs.run(
+                    [s.token_ids[-1] for s in seqs],
+                    [len(s) - 1 for s in seqs],
+                    [s.block_table for s in seqs],
+                )
+                return seqs, logits
         input_ids, positions, meta, last_rows, sampling = self._prepare(batch)
         hidden = self.model(input_ids, positions, self.kv_caches, meta)
         if not sampling:
@@ -166,6 +188,11 @@ class ModelRunner:
         )
         input_ids = torch.tensor(token_ids, dtype=torch.long, device=dev)
         return input_ids, pos.to(dev), meta, torch.tensor(last_rows, device=dev), sampling
+
+
+def _is_decode_only(batch: ScheduledBatch) -> bool:
+    """Every scheduled sequence computes exactly its last token (and so samples the next)."""
+    return all(n == 1 and seq.num_computed_tokens + 1 == len(seq) for seq, n in batch.items)
 
 
 def _pad_tables(block_tables: list[list[int]]) -> torch.Tensor:

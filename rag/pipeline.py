@@ -70,6 +70,7 @@ class Pipeline:
             max_num_batched_tokens=settings.max_num_batched_tokens,
             kv_cache_memory_bytes=settings.kv_cache_memory_mb << 20,
             reserve_max_tokens=settings.reserve_max_tokens,
+            cuda_graphs=settings.cuda_graphs,
             cache_dir=settings.model_cache_dir,
             allow_hub=settings.allow_hub,
         )

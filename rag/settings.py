@@ -40,6 +40,9 @@ class Settings(BaseSettings):
         description="engine admits a request only when the KV pool can hold every running "
         "sequence to max_tokens (false: admit sooner, preempt and recompute when full)",
     )
+    cuda_graphs: bool = Field(
+        False, description="engine replays decode steps as CUDA graphs (CUDA devices only)"
+    )
 
     # Index and ingestion
     index_dir: Path = Field(Path("indexes"), description="folder holding one sub-folder per index")

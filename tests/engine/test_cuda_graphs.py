@@ -1,0 +1,123 @@
+"""Decode steps through ``DecodeGraphs``: the padded static-shape step gives the engine's tokens.
+
+On CPU the step runs eagerly (the arithmetic of padding rows, the scratch block and the bucket
+shapes); the ``gpu`` tests capture and replay real CUDA graphs.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import EngineConfig, SamplingParams
+from engine.cuda_graphs import DecodeGraphs, bucket_sizes
+from engine.llm_engine import LLMEngine
+from engine.model_runner import ModelRunner
+
+QUESTIONS = [
+    "What is the capital of France?",
+    "Write a haiku about autumn.",
+    "Explain what a KV cache is in one sentence.",
+    "List three prime numbers.",
+    "Why is the sea salty?",
+]
+
+
+def chat(engine: LLMEngine, question: str) -> str:
+    return engine.apply_chat_template([{"role": "user", "content": question}])
+
+
+def test_bucket_sizes_are_powers_of_two_capped_by_the_limit() -> None:
+    assert bucket_sizes(8) == [1, 2, 4, 8]
+    assert bucket_sizes(6) == [1, 2, 4, 6]
+    assert bucket_sizes(1) == [1]
+    assert bucket_sizes(100, smallest=8) == [8, 16, 32, 64, 100]
+
+
+def test_capturing_without_cuda_is_a_clear_error(llm_engine: LLMEngine) -> None:
+    with pytest.raises(ValueError, match="CUDA"):
+        DecodeGraphs(llm_engine.model, llm_engine.runner.kv_caches, 0, 4, 8, capture=True)
+    with pytest.raises(ValueError, match="cuda_graphs needs a CUDA device"):
+        LLMEngine(EngineConfig(device="cpu", cuda_graphs=True))
+
+
+def test_padded_static_decode_gives_the_eager_engine_tokens(
+    llm_engine: LLMEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = llm_engine
+    prompts = [chat(engine, q) for q in QUESTIONS]
+    params = SamplingParams(max_tokens=24)
+    expected = [o.outputs[0].token_ids for o in engine.generate(prompts, params)]
+
+    runner = engine.runner
+    static = ModelRunner(
+        engine.model,
+        engine.block_manager.num_blocks,
+        engine.config.block_size,
+        "cpu",
+        runner.kv_caches[0][0].dtype,
+        decode_graphs=(8, 64),
+    )
+    graphs = static.decode_graphs
+    assert graphs is not None and not graphs.capture
+    decode_batches: list[int] = []
+    run = graphs.run
+
+    def counting_run(token_ids, positions, block_tables):  # type: ignore[no-untyped-def]
+        decode_batches.append(len(token_ids))
+        return run(token_ids, positions, block_tables)
+
+    monkeypatch.setattr(graphs, "run", counting_run)
+    monkeypatch.setattr(engine, "runner", static)
+    # The prefix cache points at blocks of the other runner's KV tensors: forget it before and
+    # after (the engine is shared with other tests).
+    engine.block_manager.hash_to_block.clear()
+    try:
+        got = [o.outputs[0].token_ids for o in engine.generate(prompts, params)]
+    finally:
+        engine.block_manager.hash_to_block.clear()
+
+    assert got == expected
+    # Five decodes padded to a bucket of 8, and smaller batches as requests finish.
+    assert max(decode_batches) == 5 and len(decode_batches) >= 20
+    assert (8, 8) in graphs._buckets
+    # The padding rows wrote only into the scratch block, which no sequence owns.
+    assert engine.block_manager.num_used_blocks == 0
+    assert static.kv_caches[0][0].shape[0] == engine.block_manager.num_blocks + 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_graph_decode_matches_eager_and_transformers_on_cuda() -> None:
+    from engine.hf_generator import HFGenerator
+
+    eager = LLMEngine(EngineConfig(device="cuda", dtype="float32", max_num_seqs=8))
+    graphed = LLMEngine(
+        EngineConfig(device="cuda", dtype="float32", max_num_seqs=8, cuda_graphs=True)
+    )
+    reference = HFGenerator(EngineConfig(device="cuda", dtype="float32"))
+    prompts = [chat(eager, q) for q in QUESTIONS]
+    params = SamplingParams(max_tokens=24)
+    want = [o.outputs[0].token_ids for o in eager.generate(prompts, params)]
+    got = [o.outputs[0].token_ids for o in graphed.generate(prompts, params)]
+    hf = [o.outputs[0].token_ids for o in reference.generate(prompts, params)]
+    assert got == want == hf
+    graphs = graphed.runner.decode_graphs
+    assert graphs is not None and graphs.capture and graphs.num_captured >= 2
+    # Seeded sampling takes the same path through the graphs and stays reproducible.
+    sampled = SamplingParams(n=3, temperature=0.9, top_p=0.9, seed=5, max_tokens=16)
+    first = graphed.generate(prompts[:2], sampled)
+    second = graphed.generate(prompts[:2], sampled)
+    assert [[c.token_ids for c in o.outputs] for o in first] == [
+        [c.token_ids for c in o.outputs] for o in second
+    ]
+    assert graphed.block_manager.num_used_blocks == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_graphs_in_bfloat16_answer_the_question() -> None:
+    engine = LLMEngine(EngineConfig(device="cuda", cuda_graphs=True))
+    assert engine.model.lm_head.weight.dtype == torch.bfloat16
+    out = engine.generate([chat(engine, QUESTIONS[0])], SamplingParams(max_tokens=12))[0]
+    assert "Paris" in out.outputs[0].text
