@@ -134,10 +134,13 @@ class DecodeGraphs:
             (batch, num_blocks), self.scratch_block, dtype=torch.long, device=dev
         )
         context_lens = torch.ones(batch, dtype=torch.long, device=dev)
-        rows = torch.arange(batch, device=dev)
-        key_pos = torch.arange(num_blocks * self.block_size, device=dev)
 
         def step() -> torch.Tensor:
+            # Everything a replay reads must outlive this function: the bucket keeps the static
+            # inputs; constants are made inside the graph (a tensor made out here and captured by
+            # address would be freed, then reused by other tensors, when this function returns).
+            rows = torch.arange(batch, device=dev)
+            key_pos = torch.arange(num_blocks * self.block_size, device=dev)
             mask = key_pos[None, :] < context_lens[:, None]
             group = PagedGroup(
                 query_index=rows[:, None],
