@@ -121,3 +121,42 @@ def test_cuda_graphs_in_bfloat16_answer_the_question() -> None:
     assert engine.model.lm_head.weight.dtype == torch.bfloat16
     out = engine.generate([chat(engine, QUESTIONS[0])], SamplingParams(max_tokens=12))[0]
     assert "Paris" in out.outputs[0].text
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_async_engine_captures_and_replays_on_its_own_thread() -> None:
+    """The server's path: graphs captured and replayed by the engine's background thread while
+    several callers stream at once."""
+    import asyncio
+
+    from engine.async_engine import AsyncEngine
+
+    config = EngineConfig(device="cuda", dtype="float32", max_num_seqs=8)
+    eager = LLMEngine(config)
+    prompts = [chat(eager, q) for q in QUESTIONS]
+    params = SamplingParams(max_tokens=20)
+    want = [o.outputs[0].token_ids for o in eager.generate(prompts, params)]
+    del eager
+    engine = AsyncEngine(
+        EngineConfig(device="cuda", dtype="float32", max_num_seqs=8, cuda_graphs=True)
+    )
+
+    async def one(text: str) -> list[int]:
+        last = None
+        async for out in engine.generate(text, params):
+            last = out
+        assert last is not None and last.finished
+        return list(last.outputs[0].token_ids)
+
+    async def together() -> list[list[int]]:
+        return list(await asyncio.gather(*(one(p) for p in prompts)))
+
+    try:
+        got = asyncio.run(together())
+        graphs = engine.engine.runner.decode_graphs
+        assert got == want
+        assert graphs is not None and graphs.num_captured >= 1
+        assert engine.engine.block_manager.num_used_blocks == 0
+    finally:
+        engine.shutdown()
