@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# GPU check, for a CUDA machine (under 5 minutes): the CUDA correctness tests against transformers
-# (engine eager and with CUDA-graph decode, transformers generator, faiss-gpu when installed), then
-# the engine benchmarks (a)-(e) on the GPU, with the CUDA-graph engine side by side in (a) and (c).
+# GPU check, for a CUDA machine (about 5 minutes on one H200: tests 1, benchmarks 4). First the
+# CUDA tests against transformers (engine eager and with CUDA-graph decode, the AsyncEngine, the
+# transformers generator, faiss-gpu when installed), then the engine benchmarks (a)-(e) on the
+# GPU, with the CUDA-graph engine side by side in (a) and (c). Extra arguments go to the
+# benchmark (--quick: a smaller run).
 # Usage: bash benchmarks/gpu_check.sh   (from a checkout whose `make install` has run)
 #   PY=python3 TESTS="tests/engine" bash benchmarks/gpu_check.sh   (another interpreter, fewer tests)
 set -euo pipefail
