@@ -51,13 +51,18 @@ def synchronize() -> None:
 
 
 def token_stream(data_dir: Path, tokenizer: Any, num_tokens: int) -> list[int]:
-    """Real text as token ids (MuSiQue passages; a fixed filler text when the data is absent)."""
+    """Real text as token ids: MuSiQue passages, or the embedded demo collection (about 10,000
+    tokens, repeated to length) when the data is absent. Not a short repeated sentence: prompts
+    cut from it at different offsets would share whole blocks and flatter the prefix cache."""
     corpus = data_dir / "hipporag_multihop_subsets" / "musique_train_corpus.json"
     if corpus.is_file():
         text = " ".join(p["text"] for p in json.loads(corpus.read_text())[:2000])
     else:
-        text = "The KV cache stores keys and values so they are not recomputed. " * 4000
+        demo = sorted((ROOT / "rag" / "data" / "demo").glob("*.md"))
+        text = "\n\n".join(path.read_text(encoding="utf-8") for path in demo)
     ids: list[int] = tokenizer(text, add_special_tokens=False)["input_ids"]
+    while len(ids) < num_tokens:
+        ids = ids + ids
     return ids[:num_tokens]
 
 
