@@ -61,6 +61,8 @@ def token_stream(data_dir: Path, tokenizer: Any, num_tokens: int) -> list[int]:
         demo = sorted((ROOT / "rag" / "data" / "demo").glob("*.md"))
         text = "\n\n".join(path.read_text(encoding="utf-8") for path in demo)
     ids: list[int] = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if not ids:
+        raise SystemExit(f"no benchmark text: neither {corpus} nor the demo collection")
     while len(ids) < num_tokens:
         ids = ids + ids
     return ids[:num_tokens]
@@ -118,9 +120,10 @@ def worker_load(args: argparse.Namespace) -> dict[str, Any]:
         outputs = engine.generate([p for p, _ in requests], params)
         elapsed = time.perf_counter() - started
         produced = sum(len(o.outputs[0].token_ids) for o in outputs)
-        extra = {
-            "kv_blocks": engine.block_manager.num_blocks,
-        }
+        extra = {"kv_blocks": engine.block_manager.num_blocks}
+        graphs = engine.runner.decode_graphs
+        if graphs is not None:  # captures happen inside the timed run: say how long they took
+            extra |= {"graphs_captured": len(graphs.shapes), "capture_s": graphs.capture_time_s}
     else:
         from engine.hf_generator import HFGenerator
 

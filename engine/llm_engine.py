@@ -96,7 +96,7 @@ class LLMEngine:
         self.prompts = PromptTokenizer(tokenizer, self.max_model_len)
         per_block = ModelRunner.kv_bytes_per_block(model, config.block_size, dtype)
         # With CUDA graphs one block of the budget is the graphs' scratch block.
-        num_blocks = max(1, config.kv_cache_memory_bytes // per_block - config.cuda_graphs)
+        num_blocks = max(1, config.kv_cache_memory_bytes // per_block - int(config.cuda_graphs))
         self.block_manager = BlockManager(
             num_blocks, config.block_size, config.enable_prefix_caching
         )

@@ -27,7 +27,7 @@ class ModelRunner:
         device: str,
         dtype: torch.dtype,
         decode_graphs: tuple[int, int] | None = None,
-    ):
+    ) -> None:
         """``num_blocks`` KV blocks for the block manager. ``decode_graphs`` = (max_num_seqs,
         max_blocks_per_seq) replays decode steps up to that size as CUDA graphs; the cache then
         holds one more block, the graphs' scratch block for padding rows."""
@@ -123,8 +123,10 @@ class ModelRunner:
         graphs = self.decode_graphs
         if graphs is not None and _is_decode_only(batch):
             seqs = [seq for seq, _ in batch.items]
-            if graphs.can_run(len(seqs), max(len(s.block_table) for s in seqs)):
+            shape = graphs.bucket_for(len(seqs), max(len(s.block_table) for s in seqs))
+            if shape is not None:
                 logits = graphs.run(
+                    shape,
                     [s.token_ids[-1] for s in seqs],
                     [len(s) - 1 for s in seqs],
                     [s.block_table for s in seqs],

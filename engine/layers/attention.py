@@ -38,7 +38,8 @@ class PagedGroup:
     query_index: torch.Tensor
     """(batch, max_query_len) flat row of each query token (padding points at a real row)."""
     block_tables: torch.Tensor
-    """(batch, max_blocks) KV blocks of each sequence, in order (padding: block 0)."""
+    """(batch, max_blocks) KV blocks of each sequence, in order (padding: any block the mask
+    hides: block 0 eagerly, the scratch block in CUDA graphs)."""
     attn_mask: torch.Tensor
     """(batch, 1, max_query_len, max_blocks * block_size) True where a query may attend a key."""
     rows: torch.Tensor

@@ -41,49 +41,96 @@ def test_capturing_without_cuda_is_a_clear_error(llm_engine: LLMEngine) -> None:
         LLMEngine(EngineConfig(device="cpu", cuda_graphs=True))
 
 
+def test_buckets_round_up_and_refuse_what_they_cannot_hold(llm_engine: LLMEngine) -> None:
+    caches = llm_engine.runner.kv_caches
+    graphs = DecodeGraphs(llm_engine.model, caches, 100, 8, 512, capture=False)
+    assert graphs.block_buckets == [8, 16, 32, 64, 100]  # capped by the pool's 100 blocks
+    assert graphs.bucket_for(5, 3) == (8, 8)
+    assert graphs.bucket_for(1, 9) == (1, 16)
+    assert graphs.bucket_for(9, 1) is None  # more sequences than max_num_seqs
+    assert graphs.bucket_for(1, 101) is None  # longer than any bucket
+    assert graphs.bucket_for(4, 40) is None  # 4 x 64 gathered blocks > the 100 in the pool
+
+
+def _static_runner(engine: LLMEngine, max_blocks_per_seq: int) -> ModelRunner:
+    return ModelRunner(
+        engine.model,
+        engine.block_manager.num_blocks,
+        engine.config.block_size,
+        "cpu",
+        engine.runner.kv_caches[0][0].dtype,
+        decode_graphs=(8, max_blocks_per_seq),
+    )
+
+
+def _generate_with(
+    engine: LLMEngine,
+    runner: ModelRunner,
+    prompts: list[str],
+    params: SamplingParams,
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[list[list[list[int]]], list[int]]:
+    """Outputs of ``engine`` run on ``runner``, and the batch size of each graph-path step."""
+    graphs = runner.decode_graphs
+    assert graphs is not None and not graphs.capture
+    decode_batches: list[int] = []
+    run = graphs.run
+
+    def counting_run(shape, token_ids, positions, block_tables):  # type: ignore[no-untyped-def]
+        decode_batches.append(len(token_ids))
+        return run(shape, token_ids, positions, block_tables)
+
+    monkeypatch.setattr(graphs, "run", counting_run)
+    monkeypatch.setattr(engine, "runner", runner)
+    # The prefix cache points at blocks of the other runner's KV tensors: forget it before and
+    # after (the engine is shared with other tests).
+    engine.block_manager.hash_to_block.clear()
+    try:
+        outputs = engine.generate(prompts, params)
+    finally:
+        engine.block_manager.hash_to_block.clear()
+        monkeypatch.undo()
+    return [[c.token_ids for c in o.outputs] for o in outputs], decode_batches
+
+
 def test_padded_static_decode_gives_the_eager_engine_tokens(
     llm_engine: LLMEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     engine = llm_engine
     prompts = [chat(engine, q) for q in QUESTIONS]
-    params = SamplingParams(max_tokens=24)
-    expected = [o.outputs[0].token_ids for o in engine.generate(prompts, params)]
-
-    runner = engine.runner
-    static = ModelRunner(
-        engine.model,
-        engine.block_manager.num_blocks,
-        engine.config.block_size,
-        "cpu",
-        runner.kv_caches[0][0].dtype,
-        decode_graphs=(8, 64),
-    )
-    graphs = static.decode_graphs
-    assert graphs is not None and not graphs.capture
-    decode_batches: list[int] = []
-    run = graphs.run
-
-    def counting_run(token_ids, positions, block_tables):  # type: ignore[no-untyped-def]
-        decode_batches.append(len(token_ids))
-        return run(token_ids, positions, block_tables)
-
-    monkeypatch.setattr(graphs, "run", counting_run)
-    monkeypatch.setattr(engine, "runner", static)
-    # The prefix cache points at blocks of the other runner's KV tensors: forget it before and
-    # after (the engine is shared with other tests).
-    engine.block_manager.hash_to_block.clear()
-    try:
-        got = [o.outputs[0].token_ids for o in engine.generate(prompts, params)]
-    finally:
-        engine.block_manager.hash_to_block.clear()
+    greedy = SamplingParams(max_tokens=24)
+    expected = [[c.token_ids for c in o.outputs] for o in engine.generate(prompts, greedy)]
+    static = _static_runner(engine, 64)
+    got, decode_batches = _generate_with(engine, static, prompts, greedy, monkeypatch)
 
     assert got == expected
     # Five decodes padded to a bucket of 8, and smaller batches as requests finish.
     assert max(decode_batches) == 5 and len(decode_batches) >= 20
-    assert (8, 8) in graphs._buckets
+    assert static.decode_graphs is not None and (8, 8) in static.decode_graphs.shapes
     # The padding rows wrote only into the scratch block, which no sequence owns.
     assert engine.block_manager.num_used_blocks == 0
     assert static.kv_caches[0][0].shape[0] == engine.block_manager.num_blocks + 1
+
+    # Seeded samples forked from one prompt (copy-on-write blocks) match the eager engine's.
+    sampled = SamplingParams(n=3, temperature=0.9, top_p=0.9, seed=5, max_tokens=16)
+    want = [[c.token_ids for c in o.outputs] for o in engine.generate(prompts[:2], sampled)]
+    got, decode_batches = _generate_with(engine, static, prompts[:2], sampled, monkeypatch)
+    assert got == want and max(decode_batches) == 6
+
+
+def test_decodes_longer_than_every_bucket_run_eagerly(
+    llm_engine: LLMEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = llm_engine
+    prompts = [chat(engine, q) for q in QUESTIONS[:3]]
+    params = SamplingParams(max_tokens=24)
+    expected = [[c.token_ids for c in o.outputs] for o in engine.generate(prompts, params)]
+    lengths = [len(engine.prompts.tokenizer(p)["input_ids"]) for p in prompts]
+    assert min(lengths) > 2 * engine.config.block_size  # every prompt outgrows 2 blocks
+    got, decode_batches = _generate_with(
+        engine, _static_runner(engine, 2), prompts, params, monkeypatch
+    )
+    assert got == expected and decode_batches == []
 
 
 @pytest.mark.gpu
@@ -103,7 +150,7 @@ def test_cuda_graph_decode_matches_eager_and_transformers_on_cuda() -> None:
     hf = [o.outputs[0].token_ids for o in reference.generate(prompts, params)]
     assert got == want == hf
     graphs = graphed.runner.decode_graphs
-    assert graphs is not None and graphs.capture and graphs.num_captured >= 2
+    assert graphs is not None and graphs.capture and len(graphs.shapes) >= 2
     # Seeded sampling takes the same path through the graphs and stays reproducible.
     sampled = SamplingParams(n=3, temperature=0.9, top_p=0.9, seed=5, max_tokens=16)
     first = graphed.generate(prompts[:2], sampled)
@@ -156,7 +203,7 @@ def test_async_engine_captures_and_replays_on_its_own_thread() -> None:
         got = asyncio.run(together())
         graphs = engine.engine.runner.decode_graphs
         assert got == want
-        assert graphs is not None and graphs.num_captured >= 1
+        assert graphs is not None and len(graphs.shapes) >= 1
         assert engine.engine.block_manager.num_used_blocks == 0
     finally:
         engine.shutdown()
