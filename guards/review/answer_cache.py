@@ -38,13 +38,20 @@ def prune_older_versions(cur: Cursor, index_name: str, index_version: str) -> in
 
     Version strings have no order, so a version's age is when the queue first saw it (its first
     review item): an index version never comes back once the index has changed. A version first
-    seen at the same moment, or later, is kept, as are versions no item was queued under."""
+    seen at the same moment, or later, is kept, as are versions no item was queued under.
+
+    Only the versions still in the cache are looked at (a few: each put prunes), and each one's
+    first item is one seek in the ``review_by_index_version`` index, so the cost does not grow
+    with the queue."""
     return cur.execute(
         "DELETE FROM answer_cache WHERE index_name = ? AND index_version IN ("
-        "SELECT index_version FROM review_items WHERE index_name = ? "
-        "GROUP BY index_version HAVING MIN(created_at) < ("
-        "SELECT MIN(created_at) FROM review_items WHERE index_name = ? AND index_version = ?))",
-        (index_name, index_name, index_name, index_version),
+        "SELECT cached.index_version FROM ("
+        "SELECT DISTINCT index_version FROM answer_cache "
+        "WHERE index_name = ? AND index_version <> ?) cached "
+        "WHERE (SELECT MIN(created_at) FROM review_items "
+        "WHERE index_name = ? AND index_version = cached.index_version) < "
+        "(SELECT MIN(created_at) FROM review_items WHERE index_name = ? AND index_version = ?))",
+        (index_name, index_name, index_version, index_name, index_name, index_version),
     ).rowcount
 
 

@@ -152,6 +152,22 @@ def _fill_v2_columns(cur: Cursor) -> None:
         logger.info("review store: %d schema-1 items migrated", len(rows))
 
 
+def _v3_indexes(db: Database, cur: Cursor) -> None:
+    """Indexes for the queries that scanned the whole queue: adding an item while gold items are
+    mixed in (a join on ``gold_id``), export pages (keyset on ``created_at, id``) and the answer
+    cache's pruning and invalidation of older index versions (by index and version)."""
+    cur.execute("CREATE INDEX IF NOT EXISTS review_by_gold ON review_items(gold_id)")
+    cur.execute("CREATE INDEX IF NOT EXISTS review_by_created ON review_items(created_at, id)")
+    cur.execute(
+        "CREATE INDEX IF NOT EXISTS review_by_index_version "
+        "ON review_items(index_name, index_version, created_at)"
+    )
+    cur.execute(
+        "CREATE INDEX IF NOT EXISTS answer_cache_by_index "
+        "ON answer_cache(index_name, index_version)"
+    )
+
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "review queue", _v1_queue),
     Migration(
@@ -159,6 +175,7 @@ MIGRATIONS: list[Migration] = [
         "workflow: claims, resolutions, ratings, audit log, gold items, answer cache",
         _v2_workflow,
     ),
+    Migration(3, "indexes for gold items, export pages and answer-cache pruning", _v3_indexes),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

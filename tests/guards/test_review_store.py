@@ -357,7 +357,7 @@ def test_a_schema_1_database_is_migrated_with_its_rows(tmp_path: Path) -> None:
     conn.commit()
     conn.close()
     store = ReviewStore(path)
-    assert store.schema_version == 2
+    assert store.schema_version == 3
     item = store.get("old1")
     assert item.question == "q?" and item.confidence == 0.3 and item.passages == [{"doc_id": "d"}]
     assert item.reasons == ["low"] and item.deadline > 5.0 and item.status is Status.PENDING
@@ -378,3 +378,42 @@ def test_postgresql_paramstyle_translation() -> None:
         "SELECT a FROM t WHERE b = ? AND c LIKE '5%' AND d = ?", (1, 2)
     )
     assert raw.sql == "SELECT a FROM t WHERE b = %s AND c LIKE '5%%' AND d = %s"
+
+
+def test_queue_wide_queries_use_an_index_not_a_scan(tmp_path: Path) -> None:
+    """Adding an item while gold items are mixed in, export pages and the answer cache's pruning
+    would each read the whole queue without the schema-3 indexes: check the plans SQLite picks
+    for the statements the store really runs."""
+    path = tmp_path / "plans.sqlite"
+    store = ReviewStore(path, gold_rate=0.5)
+    store.add_gold("Capital of France?", "Paris.", is_correct=True)
+    for i in range(20):
+        store.add(flagged(f"q{i}", index_version=f"v{i % 3}"))
+    statements: list[str] = []
+    store.db._conn.set_trace_callback(statements.append)
+    store.add(flagged("one more"))
+    list(store.export_items(page_size=4))
+    item = store.add(flagged("newest", index_version="v9"))
+    store.claim(item.id, "ann")
+    store.resolve(item.id, "ann", Action.APPROVE)  # caches it and prunes older versions
+    store.db._conn.set_trace_callback(None)
+    store.close()
+
+    plans = sqlite3.connect(path)
+    full_scans: list[str] = []
+    used: set[str] = set()
+    for sql in statements:
+        if not sql.lstrip().upper().startswith(("SELECT", "DELETE")):
+            continue
+        for row in plans.execute(f"EXPLAIN QUERY PLAN {sql}"):
+            words = row[-1].split()
+            used.update(w for w in words if w.startswith(("review_by_", "answer_cache_by")))
+            # "SCAN t USING INDEX" walks an index in order (and stops at a LIMIT); a bare
+            # "SCAN t" reads every row of the queue or the cache.
+            queue_table = words[1] in ("review_items", "r", "answer_cache", "c")
+            if words[0] == "SCAN" and queue_table and "USING" not in words:
+                full_scans.append(f"{row[-1]}: {sql[:120]}")
+    plans.close()
+    assert full_scans == []
+    assert {"review_by_gold", "review_by_created", "review_by_index_version"} <= used
+    assert "answer_cache_by_index" in used
