@@ -83,6 +83,8 @@ class DecodeGraphs:
         self.capture = capture
         self.capture_time_s = 0.0
         """Time spent capturing graphs so far (each capture also runs one warm-up step)."""
+        self.num_replays = 0
+        """Decode steps run through a bucket so far."""
         self._buckets: dict[tuple[int, int], _Bucket] = {}
         self._logits: dict[int, torch.Tensor] = {}
         self._pool = torch.cuda.graph_pool_handle() if capture else None
@@ -115,6 +117,7 @@ class DecodeGraphs:
             bucket = self._buckets[shape] = self._build(*shape)
         bucket.inputs.copy_(self._pack(shape, token_ids, positions, block_tables))
         bucket.replay()
+        self.num_replays += 1
         return bucket.logits[: len(token_ids)]
 
     def _pack(

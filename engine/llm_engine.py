@@ -18,7 +18,7 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.errors import ModelLoadError
 from engine.layers.sampler import SampleRow, sample
-from engine.model_loader import load_state_dict, local_model_dir, resolve_model
+from engine.model_loader import load_config_and_tokenizer, load_state_dict, resolve_model
 from engine.model_runner import ModelRunner
 from engine.models.llama import SUPPORTED_MODEL_TYPES, LlamaForCausalLM
 from engine.outputs import CompletionOutput, FinishReason, RequestOutput, RequestTiming
@@ -26,6 +26,7 @@ from engine.prompts import Prompt, PromptTokenizer, eos_token_ids
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
+from engine.stopping import StopChecker
 
 OutputSink = Callable[[RequestOutput], None]
 logger = logging.getLogger(__name__)
@@ -60,33 +61,28 @@ class EngineStats:
     num_preemptions: int
     num_generated_tokens: int
     generated_tokens_per_s: float
+    num_cuda_graphs: int = 0
+    num_cuda_graph_steps: int = 0
+    cuda_graph_capture_s: float = 0.0
 
 
 class LLMEngine:
     """Continuous batching over a paged KV cache for Llama-family models."""
 
     def __init__(self, config: EngineConfig | None = None):
-        from transformers import AutoConfig, AutoTokenizer, GenerationConfig
-
         self.config = config = config or EngineConfig()
         self.device = config.resolved_device()
         if config.cuda_graphs and not self.device.startswith("cuda"):
             raise ValueError(f"cuda_graphs needs a CUDA device; the engine runs on {self.device}")
         self.source = resolve_model(config.model, allow_hub=config.allow_hub)
-        directory = local_model_dir(self.source, config.cache_dir)
-        hf_config = AutoConfig.from_pretrained(directory, local_files_only=not self.source.is_hub)
+        directory, hf_config, tokenizer, generation_config = load_config_and_tokenizer(
+            self.source, config.cache_dir
+        )
         if getattr(hf_config, "model_type", None) not in SUPPORTED_MODEL_TYPES:
             raise ModelLoadError(
                 f"the engine runs {SUPPORTED_MODEL_TYPES} models, not {hf_config.model_type!r}: "
                 "use the transformers generator (RAGGUARD_GENERATOR=hf)"
             )
-        tokenizer = AutoTokenizer.from_pretrained(
-            directory, local_files_only=not self.source.is_hub
-        )
-        try:
-            generation_config = GenerationConfig.from_pretrained(directory)
-        except OSError:
-            generation_config = None
         self.eos_token_ids = eos_token_ids(generation_config, tokenizer)
         dtype = getattr(torch, config.resolved_dtype())
         model = LlamaForCausalLM(hf_config)
@@ -94,6 +90,7 @@ class LLMEngine:
         self.model = model.to(device=self.device, dtype=dtype).eval()
         self.max_model_len = config.max_model_len or int(hf_config.max_position_embeddings)
         self.prompts = PromptTokenizer(tokenizer, self.max_model_len)
+        self.stopping = StopChecker(self.eos_token_ids, self.max_model_len, self.prompts.decode)
         per_block = ModelRunner.kv_bytes_per_block(model, config.block_size, dtype)
         # With CUDA graphs one block of the budget is the graphs' scratch block.
         num_blocks = max(1, config.kv_cache_memory_bytes // per_block - int(config.cuda_graphs))
@@ -228,6 +225,7 @@ class LLMEngine:
     def stats(self) -> EngineStats:
         bm = self.block_manager
         elapsed = time.perf_counter() - self._started
+        graphs = self.runner.decode_graphs
         return EngineStats(
             num_running=len(self.scheduler.running),
             num_waiting=len(self.scheduler.waiting),
@@ -237,6 +235,9 @@ class LLMEngine:
             num_preemptions=self.scheduler.num_preemptions,
             num_generated_tokens=self._num_generated,
             generated_tokens_per_s=self._num_generated / elapsed if elapsed > 0 else 0.0,
+            num_cuda_graphs=len(graphs.shapes) if graphs else 0,
+            num_cuda_graph_steps=graphs.num_replays if graphs else 0,
+            cuda_graph_capture_s=graphs.capture_time_s if graphs else 0.0,
         )
 
     # ------------------------------------------------------------------ step
@@ -313,7 +314,8 @@ class LLMEngine:
             self._num_generated += 1
             timing = self._requests[seq.request_id].timing
             timing.first_token_time = timing.first_token_time or now
-            self._check_stop(seq)
+            if self.stopping.check(seq):
+                self.scheduler.finish(seq)
             touched[seq.request_id] = None
         return list(touched)
 
@@ -339,47 +341,13 @@ class LLMEngine:
             return None
         return torch.Generator(device=self.device).manual_seed(params.seed + index)
 
-    def _check_stop(self, seq: Sequence) -> None:
-        params, token = seq.params, seq.token_ids[-1]
-        is_eos = token in self.eos_token_ids and not params.ignore_eos
-        if is_eos or token in params.stop_token_ids:
-            seq.token_ids.pop()  # the stop token is not part of the completion
-            seq.logprobs.pop()
-            if seq.top_logprobs:
-                seq.top_logprobs.pop()
-            seq.finish_reason, seq.stop_reason = FinishReason.STOP, token
-        elif (hit := self._stop_hit(seq)) is not None:
-            seq.finish_reason, seq.stop_reason = FinishReason.STOP, hit
-        elif seq.num_output_tokens >= params.max_tokens or len(seq) >= self.max_model_len:
-            seq.finish_reason = FinishReason.LENGTH
-        else:
-            return
-        self.scheduler.finish(seq)
-
-    def _stop_hit(self, seq: Sequence) -> str | None:
-        """A stop string now in the text, or the reason the request's stop check gives."""
-        params = seq.params
-        if params.stop and (hit := self._find_stop_string(seq)) is not None:
-            return hit
-        if params.stop_check is not None:
-            return params.stop_check(seq.output_token_ids) or None
-        return None
-
-    def _find_stop_string(self, seq: Sequence) -> str | None:
-        text = self.prompts.decode(seq.output_token_ids)
-        hits = [(text.find(s), s) for s in seq.params.stop if s in text]
-        return min(hits)[1] if hits else None
-
     def _output(self, request: _Request) -> RequestOutput:
         completions = []
         for seq in request.seqs:
-            text = self.prompts.decode(seq.output_token_ids)
-            if isinstance(seq.stop_reason, str) and seq.stop_reason in seq.params.stop:
-                text = text[: text.find(seq.stop_reason)]
             completions.append(
                 CompletionOutput(
                     index=seq.index,
-                    text=text,
+                    text=self.stopping.visible_text(seq),
                     token_ids=seq.output_token_ids,
                     logprobs=list(seq.logprobs),
                     finish_reason=seq.finish_reason,

@@ -134,6 +134,24 @@ def local_model_dir(source: ModelSource, cache_dir: Path | None = None) -> str:
     return str(converted)
 
 
+def load_config_and_tokenizer(
+    source: ModelSource, cache_dir: Path | None = None
+) -> tuple[str, Any, Any, Any]:
+    """(directory, model config, tokenizer, generation config or None) of a model whose weights
+    our engine loads itself (a GGUF through the converted cache)."""
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    directory = local_model_dir(source, cache_dir)
+    local_only = not source.is_hub
+    config = AutoConfig.from_pretrained(directory, local_files_only=local_only)
+    tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=local_only)
+    try:
+        generation_config = GenerationConfig.from_pretrained(directory)
+    except OSError:
+        generation_config = None
+    return directory, config, tokenizer, generation_config
+
+
 def load_state_dict(directory: Path) -> dict[str, Any]:
     """Every tensor of a Hugging Face checkpoint directory (safetensors, else PyTorch .bin)."""
     import torch

@@ -110,6 +110,12 @@ def test_padded_static_decode_gives_the_eager_engine_tokens(
     # The padding rows wrote only into the scratch block, which no sequence owns.
     assert engine.block_manager.num_used_blocks == 0
     assert static.kv_caches[0][0].shape[0] == engine.block_manager.num_blocks + 1
+    # The counters the metrics endpoint shows.
+    monkeypatch.setattr(engine, "runner", static)
+    stats = engine.stats()
+    monkeypatch.undo()
+    assert stats.num_cuda_graph_steps == len(decode_batches) and stats.num_cuda_graphs >= 2
+    assert engine.stats().num_cuda_graphs == 0  # the eager runner has none
 
     # Seeded samples forked from one prompt (copy-on-write blocks) match the eager engine's.
     sampled = SamplingParams(n=3, temperature=0.9, top_p=0.9, seed=5, max_tokens=16)

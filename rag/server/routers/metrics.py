@@ -20,6 +20,9 @@ _HELP = {
     "num_preemptions": "sequences preempted for lack of KV blocks",
     "num_generated_tokens": "tokens generated since start",
     "generated_tokens_per_s": "tokens generated per second since start",
+    "num_cuda_graphs": "decode shapes captured as CUDA graphs",
+    "num_cuda_graph_steps": "decode steps replayed from a CUDA graph",
+    "cuda_graph_capture_s": "seconds spent capturing CUDA graphs",
 }
 
 
