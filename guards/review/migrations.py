@@ -168,6 +168,19 @@ def _v3_indexes(db: Database, cur: Cursor) -> None:
     )
 
 
+def _v4_gold_from_items(db: Database, cur: Cursor) -> None:
+    """Gold items made from resolved items keep what a reviewer sees of them: the sampled
+    answers, the guard verdicts, the confidence and the reasons (empty for the others)."""
+    for name, decl in (
+        ("candidates", "TEXT NOT NULL DEFAULT '[]'"),
+        ("guard_results", "TEXT NOT NULL DEFAULT '[]'"),
+        ("confidence", "DOUBLE PRECISION"),
+        ("reasons", "TEXT NOT NULL DEFAULT '[]'"),
+        ("source_item_id", "TEXT"),
+    ):
+        cur.execute(f"ALTER TABLE gold_items ADD COLUMN {name} {decl}")
+
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "review queue", _v1_queue),
     Migration(
@@ -176,6 +189,7 @@ MIGRATIONS: list[Migration] = [
         _v2_workflow,
     ),
     Migration(3, "indexes for gold items, export pages and answer-cache pruning", _v3_indexes),
+    Migration(4, "gold items made from resolved items", _v4_gold_from_items),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

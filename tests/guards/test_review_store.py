@@ -21,6 +21,7 @@ from guards.review import (
     NewItem,
     NotClaimedError,
     Ratings,
+    ReviewConflictError,
     ReviewStore,
     Status,
     krippendorff_alpha,
@@ -28,6 +29,7 @@ from guards.review import (
     queue_stats,
 )
 from guards.review.backend import Cursor
+from guards.review.migrations import SCHEMA_VERSION
 
 
 def flagged(question: str = "How tall is the Eiffel Tower?", **kw: object) -> NewItem:
@@ -357,7 +359,7 @@ def test_a_schema_1_database_is_migrated_with_its_rows(tmp_path: Path) -> None:
     conn.commit()
     conn.close()
     store = ReviewStore(path)
-    assert store.schema_version == 3
+    assert store.schema_version == SCHEMA_VERSION == 4
     item = store.get("old1")
     assert item.question == "q?" and item.confidence == 0.3 and item.passages == [{"doc_id": "d"}]
     assert item.reasons == ["low"] and item.deadline > 5.0 and item.status is Status.PENDING
@@ -417,3 +419,45 @@ def test_queue_wide_queries_use_an_index_not_a_scan(tmp_path: Path) -> None:
     assert full_scans == []
     assert {"review_by_gold", "review_by_created", "review_by_index_version"} <= used
     assert "answer_cache_by_index" in used
+
+
+def test_a_resolved_item_becomes_a_gold_item_that_looks_like_it(tmp_path: Path) -> None:
+    store = ReviewStore(tmp_path / "g.sqlite", gold_rate=0.5)
+    source = store.add(
+        flagged(
+            "Who designed the tower?",
+            answer="Gustave Eiffel's company [1].",
+            candidates=["Gustave Eiffel's company [1].", "Eiffel."],
+            confidence=0.55,
+            reasons=["grounding 0.55"],
+            guard_results=[
+                {"name": "kg", "outcome": "fail", "score": 0.0, "reason": "x", "evidence": {}}
+            ],
+        )
+    )
+    with pytest.raises(ReviewConflictError, match="only an approved, rejected or edited"):
+        store.gold_from_item(source.id, "root")
+    store.claim(source.id, "ann")
+    store.resolve(source.id, "ann", Action.EDIT, edited_answer="Gustave Eiffel's firm [1].")
+    gold_id = store.gold_from_item(source.id, "root")
+    assert store.gold_from_item(source.id, "root") == gold_id  # idempotent
+    assert [e.action for e in store.audit(source.id)][-1] == "made_gold"
+
+    store.add(flagged("A later question", confidence=0.2, reasons=["confidence 0.20 < 0.7"]))
+    items, _ = store.list_items(limit=100)
+    copy = next(i for i in items if i.gold_id == gold_id)
+    # Everything a reviewer sees is the source item's, not the neighbour's...
+    assert copy.answer == source.answer and copy.candidates == source.candidates
+    assert copy.passages == source.passages and copy.guard_results == source.guard_results
+    assert copy.confidence == 0.55 and copy.reasons == ["grounding 0.55"]
+    assert copy.priority == source.priority and copy.request_id != source.request_id
+    # ...and the original answer was edited, so it counts as wrong: rejecting it scores.
+    store.claim(copy.id, "bob")
+    store.resolve(copy.id, "bob", Action.REJECT)
+    bob = next(r for r in queue_stats(store).reviewers if r.reviewer == "bob")
+    assert bob.num_gold == 1 and bob.num_gold_correct == 1
+    with pytest.raises(ReviewConflictError, match="gold item already"):
+        store.gold_from_item(copy.id, "root")
+    with pytest.raises(ItemNotFoundError):
+        store.gold_from_item("nope", "root")
+    store.close()

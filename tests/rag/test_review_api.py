@@ -321,6 +321,7 @@ def test_api_keys_and_roles(client: TestClient) -> None:
         (reviewer, "post", "/v1/documents", {"doc_id": "x", "text": "y"}),
         (reviewer, "get", "/v1/keys", None),
         (reviewer, "post", "/v1/reviews/gold", {"question": "q", "answer": "a", "correct": True}),
+        (reviewer, "post", f"/v1/reviews/{item_id}/gold", None),
         (reviewer, "post", "/v1/ask", {"question": QUESTION}),
         (app, "get", "/v1/reviews", None),
         (app, "get", "/v1/documents", None),
@@ -386,3 +387,19 @@ def test_serving_beyond_loopback_needs_keys(tmp_path) -> None:  # type: ignore[n
     from_file = KeyStore(tmp_path / "other.sqlite", hashed)
     assert from_file.is_enabled and from_file.list_keys()[0].name == "ops"
     from_file.close()
+
+
+def test_an_admin_makes_a_resolved_item_gold(client: TestClient) -> None:
+    item_id = queued(client, "Does the KV cache store keys?")
+    pending = client.post(f"/v1/reviews/{item_id}/gold", headers=ANN)
+    assert pending.status_code == 409 and "only an approved, rejected or edited" in pending.text
+    client.post(f"/v1/reviews/{item_id}/claim", headers=ANN)
+    client.post(f"/v1/reviews/{item_id}/resolve", headers=ANN, json={"action": "reject"})
+    made = client.post(f"/v1/reviews/{item_id}/gold", headers=ANN)
+    assert made.status_code == 201
+    again = client.post(f"/v1/reviews/{item_id}/gold", headers=ANN)
+    assert again.status_code == 201 and again.json() == made.json()  # the same gold item
+    audit = client.get(f"/v1/reviews/{item_id}", headers=ANN).json()["audit"]
+    assert [e["action"] for e in audit].count("made_gold") == 2
+    missing = client.post("/v1/reviews/nope/gold", headers=ANN)
+    assert missing.status_code == 404

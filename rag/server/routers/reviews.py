@@ -167,6 +167,15 @@ def add_gold(body: GoldIn, store: ReviewsDep, who: Admin) -> dict[str, str]:
     return {"id": gold_id}
 
 
+@router.post("/{item_id}/gold", status_code=201, responses=_ERRORS)
+def gold_from_item(item_id: str, store: ReviewsDep, who: Admin) -> dict[str, str]:
+    """Make a resolved item a gold item: its answer counts as right if it was approved, wrong
+    if it was rejected or edited. Unlike a gold item added by hand it keeps the passages, sampled
+    answers and guard verdicts, so in the queue it looks like any other item. 409 when the item
+    is not resolved (or is a gold item)."""
+    return {"id": store.gold_from_item(item_id, who.name)}
+
+
 @router.get("/{item_id}", response_model=ReviewOut, responses=_ERRORS)
 def get_review(item_id: str, store: ReviewsDep, who: Reviewer) -> ReviewOut:
     """One item with its passages (cited sentences marked), guard verdicts and audit trail."""
