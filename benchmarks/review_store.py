@@ -4,8 +4,8 @@
     python benchmarks/review_store.py --num-items 20000  # smaller
 
 One SQLite database is filled with ``--num-items`` queued answers (10 index versions, gold items
-mixed in at 10 %), then copied; the copy has the four schema-3 indexes dropped, which is the
-schema-2 layout. Both are timed side by side, alternating, on what a busy queue does all day:
+mixed in at 10 %), then copied; the copy has the four schema-3 indexes dropped (the layout before
+schema 3). Both are timed side by side, alternating, on what a busy queue does all day:
 
 - queueing a flagged answer (with gold items mixed in, the store picks the next gold item due);
 - exporting (``export_items``, 500 per page) the first 10,000 items;
