@@ -54,3 +54,9 @@ class AlreadyResolvedError(ReviewConflictError):
     """The item has been resolved already."""
 
     error_type = "already_resolved"
+
+
+class SchemaTooNewError(ReviewError):
+    """The database was migrated by a newer ragguard than this one: refuse to write to it."""
+
+    error_type = "review_schema_too_new"

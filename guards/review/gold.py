@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from guards.review.backend import Cursor
 from guards.review.errors import InvalidReviewError, ReviewConflictError
-from guards.review.models import Action, ReviewItem
+from guards.review.models import Action, NewItem, ReviewItem, priority_of
 
-_COLUMNS = "id, question, answer, passages, candidates, guard_results, confidence, reasons"
+MADE_GOLD = "made_gold"
+"""The audit action on the item a gold item was made from (shown to admins only)."""
+_COLUMNS = (
+    "id, question, answer, passages, candidates, guard_results, confidence, reasons, source_item_id"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +36,8 @@ class GoldItem:
     """Empty for a gold item added by hand: the queue then lends it its neighbour's look."""
     confidence: float | None = None
     reasons: list[str] = field(default_factory=list)
+    source_item_id: str | None = None
+    """The resolved item it was made from; None when added by hand."""
 
 
 def add(
@@ -54,9 +61,10 @@ def add(
     return gold_id
 
 
-def from_item(cur: Cursor, item: ReviewItem, now: float) -> str:
+def from_item(cur: Cursor, item: ReviewItem, now: float) -> tuple[str, bool]:
     """Store a resolved item as a gold item (its answer right when approved, wrong when
-    rejected or edited); the same item again returns the same id."""
+    rejected or edited): (its id, whether it is new). The same item again returns the same id;
+    a gold item with the same question and answer but the other verdict is a conflict."""
     if item.gold_id is not None:
         raise ReviewConflictError(f"item {item.id} is a gold item already")
     if item.resolution not in (Action.APPROVE, Action.REJECT, Action.EDIT):
@@ -65,6 +73,16 @@ def from_item(cur: Cursor, item: ReviewItem, now: float) -> str:
             "has a known answer"
         )
     gold_id = _gold_id(item.question, item.answer)
+    is_correct = item.resolution is Action.APPROVE
+    existing = cur.execute("SELECT is_correct FROM gold_items WHERE id = ?", (gold_id,)).fetchone()
+    if existing is not None:
+        if bool(existing[0]) != is_correct:
+            raise ReviewConflictError(
+                f"a gold item with this question and answer already counts the answer as "
+                f"{'right' if existing[0] else 'wrong'}; item {item.id} was "
+                f"{item.status.value}"
+            )
+        return gold_id, False
     cur.execute(
         "INSERT INTO gold_items (id, question, answer, is_correct, passages, created_at, "
         "candidates, guard_results, confidence, reasons, source_item_id) "
@@ -73,7 +91,7 @@ def from_item(cur: Cursor, item: ReviewItem, now: float) -> str:
             gold_id,
             item.question,
             item.answer,
-            int(item.resolution is Action.APPROVE),
+            int(is_correct),
             json.dumps(item.passages, default=str),
             now,
             json.dumps(item.candidates),
@@ -83,7 +101,7 @@ def from_item(cur: Cursor, item: ReviewItem, now: float) -> str:
             item.id,
         ),
     )
-    return gold_id
+    return gold_id, True
 
 
 def next_due(cur: Cursor, gold_rate: float) -> GoldItem | None:
@@ -103,7 +121,8 @@ def next_due(cur: Cursor, gold_rate: float) -> GoldItem | None:
     if picked is None:
         return None
     row = cur.execute(f"SELECT {_COLUMNS} FROM gold_items WHERE id = ?", picked).fetchone()
-    assert row is not None
+    if row is None:  # deleted between the two reads: impossible inside one transaction
+        return None
     return GoldItem(
         row[0],
         row[1],
@@ -113,8 +132,33 @@ def next_due(cur: Cursor, gold_rate: float) -> GoldItem | None:
         guard_results=json.loads(row[5]),
         confidence=row[6],
         reasons=json.loads(row[7]),
+        source_item_id=row[8],
     )
 
 
+def disguise(picked: GoldItem, new: NewItem, priority: float) -> tuple[NewItem, float]:
+    """The queue item (and its priority) for ``picked``, placed next to the item ``new``: with
+    that item's index and index version and a request id of its own. A gold item made from a
+    resolved item brings its own samples, verdicts, confidence and reasons; one added by hand
+    borrows the new item's confidence, reasons and priority."""
+    made_from_item = picked.source_item_id is not None
+    item = NewItem(
+        picked.question,
+        picked.answer,
+        candidates=picked.candidates,
+        passages=picked.passages,
+        guard_results=picked.guard_results,
+        confidence=picked.confidence if made_from_item else new.confidence,
+        reasons=picked.reasons if made_from_item else new.reasons,
+        index_name=new.index_name,
+        index_version=new.index_version,
+        request_id=uuid.uuid4().hex,
+    )
+    if made_from_item:
+        priority = priority_of(item.confidence, item.guard_results)
+    return item, priority
+
+
 def _gold_id(question: str, answer: str) -> str:
+    """A digest of question and answer: the same pair is one gold item however often added."""
     return hashlib.sha256(f"{question}\0{answer}".encode()).hexdigest()[:32]

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from guards.review.backend import Cursor, Database
+from guards.review.errors import SchemaTooNewError
 from guards.review.models import priority_of
 
 logger = logging.getLogger(__name__)
@@ -208,7 +209,15 @@ def current_version(db: Database, cur: Cursor) -> int:
 
 
 def migrate(db: Database) -> int:
-    """Apply every migration the database lacks; returns the version it ends at."""
+    """Apply every migration the database lacks; returns the version it ends at. A database a
+    newer ragguard has migrated is refused: this code's statements may not fit its tables."""
+    with db.read() as cur:
+        found = current_version(db, cur)
+    if found > SCHEMA_VERSION:
+        raise SchemaTooNewError(
+            f"the review database is at schema {found}, newer than this ragguard's "
+            f"{SCHEMA_VERSION}: upgrade ragguard (or point RAGGUARD_REVIEW_DB elsewhere)"
+        )
     for migration in MIGRATIONS:
         with db.transaction() as cur:
             if db.dialect == "postgresql":  # SQLite's BEGIN IMMEDIATE already serialises this

@@ -110,30 +110,12 @@ class ReviewStore:
         return item_id
 
     def _maybe_add_gold(self, cur: Cursor, new: NewItem, now: float, priority: float) -> None:
-        """Keep gold items at ``gold_rate`` of the queue, placed next to the item just added,
-        with its index and index version and a request id of their own, so reviewers cannot
-        tell. A gold item made from a resolved item brings its own sampled answers, verdicts,
-        confidence and reasons; one added by hand borrows the new item's confidence and reasons.
-        Gold answers never reach the answer cache."""
+        """Keep gold items at ``gold_rate`` of the queue, each placed next to the item just added
+        and looking like it (see ``gold.disguise``). Gold answers never reach the answer cache."""
         picked = gold.next_due(cur, self.gold_rate)
-        if picked is None:
-            return
-        own = bool(picked.guard_results)
-        disguised = NewItem(
-            picked.question,
-            picked.answer,
-            candidates=picked.candidates,
-            passages=picked.passages,
-            guard_results=picked.guard_results,
-            confidence=picked.confidence if own else new.confidence,
-            reasons=picked.reasons if own else new.reasons,
-            index_name=new.index_name,
-            index_version=new.index_version,
-            request_id=uuid.uuid4().hex,
-        )
-        if own:
-            priority = priority_of(disguised.confidence, disguised.guard_results)
-        self._insert(cur, disguised, now, priority, gold_id=picked.id)
+        if picked is not None:
+            disguised, gold_priority = gold.disguise(picked, new, priority)
+            self._insert(cur, disguised, now, gold_priority, gold_id=picked.id)
 
     def add_gold(
         self,
@@ -151,11 +133,13 @@ class ReviewStore:
 
     def gold_from_item(self, item_id: str, actor: str) -> str:
         """Make a resolved item a gold item (its answer right when it was approved, wrong when
-        rejected or edited); the gold item's id. Recorded in the item's audit trail."""
+        rejected or edited); the gold item's id. Recorded in the item's audit trail (which the
+        API shows to admins only, as it would tell a reviewer which items are gold)."""
         now = self.clock()
         with self.db.transaction() as cur:
-            gold_id = gold.from_item(cur, self._get(cur, item_id, now), now)
-            self._audit(cur, item_id, actor, "made_gold", None, {"gold_id": gold_id}, now)
+            gold_id, is_new = gold.from_item(cur, self._get(cur, item_id, now), now)
+            if is_new:
+                self._audit(cur, item_id, actor, gold.MADE_GOLD, None, {"gold_id": gold_id}, now)
             return gold_id
 
     # Reading

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from guards.review import AuditEntry, QueueStats, Ratings, ReviewItem
+from guards.review import AuditEntry, QueueStats, Ratings, ReviewItem, gold
 from guards.review.highlight import cited_sentences
 
 
@@ -173,7 +173,9 @@ class ReviewOut(BaseModel):
                 for r in item.ratings
             ],
             is_gold=(item.gold_id is not None) if show_gold else None,
-            audit=None if audit is None else [AuditOut.from_entry(e) for e in audit],
+            audit=None
+            if audit is None
+            else [AuditOut.from_entry(e) for e in audit if show_gold or e.action != gold.MADE_GOLD],
         )
 
 

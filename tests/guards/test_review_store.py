@@ -29,6 +29,7 @@ from guards.review import (
     queue_stats,
 )
 from guards.review.backend import Cursor
+from guards.review.errors import SchemaTooNewError
 from guards.review.migrations import SCHEMA_VERSION
 
 
@@ -410,10 +411,13 @@ def test_queue_wide_queries_use_an_index_not_a_scan(tmp_path: Path) -> None:
         for row in plans.execute(f"EXPLAIN QUERY PLAN {sql}"):
             words = row[-1].split()
             used.update(w for w in words if w.startswith(("review_by_", "answer_cache_by")))
-            # "SCAN t USING INDEX" walks an index in order (and stops at a LIMIT); a bare
-            # "SCAN t" reads every row of the queue or the cache.
+            # A bare "SCAN t" reads every row of the queue or the cache; "SCAN t USING INDEX"
+            # walks an index in order, which is fine only up to a LIMIT. The exception is the
+            # gold rate's count, a share of the whole queue by definition (through the small
+            # gold_id index).
             queue_table = words[1] in ("review_items", "r", "answer_cache", "c")
-            if words[0] == "SCAN" and queue_table and "USING" not in words:
+            bounded = "USING" in words and ("LIMIT" in sql or "COUNT(gold_id)" in sql)
+            if words[0] == "SCAN" and queue_table and not bounded:
                 full_scans.append(f"{row[-1]}: {sql[:120]}")
     plans.close()
     assert full_scans == []
@@ -461,3 +465,60 @@ def test_a_resolved_item_becomes_a_gold_item_that_looks_like_it(tmp_path: Path) 
     with pytest.raises(ItemNotFoundError):
         store.gold_from_item("nope", "root")
     store.close()
+
+
+def test_gold_from_an_approved_item_counts_its_answer_right_and_clashes_are_refused(
+    tmp_path: Path,
+) -> None:
+    store = ReviewStore(tmp_path / "g.sqlite")
+    approved = store.add(flagged("Capital of France?", answer="Paris."))
+    store.claim(approved.id, "ann")
+    store.resolve(approved.id, "ann", Action.APPROVE)
+    gold_id = store.gold_from_item(approved.id, "root")
+    with store.db.read() as cur:
+        row = cur.execute("SELECT is_correct, source_item_id FROM gold_items").fetchone()
+    assert row == (1, approved.id)
+    # The same question and answer rejected elsewhere would say the opposite: refused.
+    rejected = store.add(flagged("Capital of France?", answer="Paris."))
+    store.claim(rejected.id, "bob")
+    store.resolve(rejected.id, "bob", Action.REJECT)
+    with pytest.raises(ReviewConflictError, match="already counts the answer as right"):
+        store.gold_from_item(rejected.id, "root")
+    assert store.add_gold("Capital of France?", "Paris.", is_correct=True) == gold_id
+    store.close()
+
+
+def test_a_schema_2_database_keeps_its_gold_items(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import guards.review.migrations as migrations
+
+    path = tmp_path / "v2.sqlite"
+    with monkeypatch.context() as patched:
+        patched.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:2])
+        old = ReviewStore(path)
+        with old.db.transaction() as cur:
+            cur.execute(
+                "INSERT INTO gold_items VALUES ('g1', 'Capital of Italy?', 'Rome.', 1, '[]', 1.0)"
+            )
+        old.close()
+    store = ReviewStore(path, gold_rate=0.5)
+    assert store.schema_version == SCHEMA_VERSION
+    store.add(flagged("A question"))
+    items, total = store.list_items(limit=10)
+    copy = next(i for i in items if i.gold_id == "g1")
+    # Added by hand before schema 4: no samples or verdicts, the neighbour's confidence.
+    assert total == 2 and copy.candidates == [] and copy.guard_results == []
+    assert copy.confidence == 0.4
+    store.close()
+
+
+def test_a_database_from_a_newer_ragguard_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "new.sqlite"
+    ReviewStore(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("INSERT INTO schema_version VALUES (99, 'from the future', 0)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(SchemaTooNewError, match="schema 99, newer than this ragguard's"):
+        ReviewStore(path)

@@ -341,6 +341,15 @@ def test_api_keys_and_roles(client: TestClient) -> None:
     )
     assert client.get("/v1/documents", headers=admin).status_code == 200
     assert client.get("/v1/reviews", headers=admin).json()["items"][0]["is_gold"] is False
+    # An item made gold: its audit trail says so to admins, not to reviewers.
+    client.post(f"/v1/reviews/{item_id}/resolve", headers=reviewer, json={"action": "approve"})
+    assert client.post(f"/v1/reviews/{item_id}/gold", headers=admin).status_code == 201
+    seen_by = {
+        who: [e["action"] for e in client.get(f"/v1/reviews/{item_id}", headers=h).json()["audit"]]
+        for who, h in (("admin", admin), ("reviewer", reviewer))
+    }
+    assert "made_gold" in seen_by["admin"] and "made_gold" not in seen_by["reviewer"]
+    assert seen_by["reviewer"] == [a for a in seen_by["admin"] if a != "made_gold"]
     listed = client.get("/v1/keys", headers=admin).json()
     assert {k["name"]: k["role"] for k in listed} == {
         "ann": "reviewer",
@@ -400,6 +409,6 @@ def test_an_admin_makes_a_resolved_item_gold(client: TestClient) -> None:
     again = client.post(f"/v1/reviews/{item_id}/gold", headers=ANN)
     assert again.status_code == 201 and again.json() == made.json()  # the same gold item
     audit = client.get(f"/v1/reviews/{item_id}", headers=ANN).json()["audit"]
-    assert [e["action"] for e in audit].count("made_gold") == 2
+    assert [e["action"] for e in audit].count("made_gold") == 1  # recorded once
     missing = client.post("/v1/reviews/nope/gold", headers=ANN)
     assert missing.status_code == 404
