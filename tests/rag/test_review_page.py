@@ -142,6 +142,12 @@ def test_a_reviewer_edits_and_approves_flagged_answers_in_the_browser(server: st
     stored = ask.get(f"/v1/reviews/{second['review_id']}").json()["ratings"]
     assert [(r["relevance"], r["fluency"], r["usefulness"]) for r in stored] == [(2, 1, 4)]
 
+    # Without keys everyone is an admin: a resolved item can become a gold item.
+    page.click("#make-gold")
+    expect(page.locator("#toast")).to_contain_text("gold item")
+    expect(page.locator("#audit")).to_contain_text("ann · made_gold")
+    expect(page.locator("#make-gold")).to_be_hidden()  # once per item
+
     # Bad input shows the server's reason: resolving again is a 409.
     page.locator("#approve").evaluate("b => b.disabled = false")
     page.click("#approve")

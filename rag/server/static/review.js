@@ -156,6 +156,10 @@ function renderItem() {
   const mine = item.status === "claimed" && item.assignee === state.me;
   $("#claim").disabled = !open;
   for (const id of ["#release", "#approve", "#edit", "#reject", "#escalate"]) $(id).disabled = !mine;
+  // Admins make a resolved item a gold item once (is_gold and made_gold reach admins only).
+  const known = ["approved", "edited", "rejected"].includes(item.status);
+  const made = (item.audit || []).some((a) => a.action === "made_gold");
+  $("#make-gold").hidden = !(state.role === "admin" && known && item.is_gold === false && !made);
 }
 
 function setEditing(on) {
@@ -197,6 +201,13 @@ const actions = {
   edit: async () => setEditing(true),
   saveEdit: () => act("resolve", { action: "edit", edited_answer: $("#edit-box").value, ...ratings() })
     .then(() => { setEditing(false); clearRatings(); toast("edited answer saved"); }),
+  makeGold: async () => {
+    const path = `/v1/reviews/${encodeURIComponent(state.item.id)}`;
+    const made = await api("POST", `${path}/gold`);
+    state.item = await api("GET", path);
+    renderItem();
+    toast(`gold item ${made.id.slice(0, 8)} made`);
+  },
   next: async () => {
     const item = await api("POST", "/v1/reviews/next", {});
     if (!item) { toast("the queue is empty"); return; }
@@ -223,7 +234,8 @@ function bind() {
   $("#next").addEventListener("click", () => { state.offset += state.limit; run(loadQueue); });
   $("#help-button").addEventListener("click", () => $("#help").showModal());
   for (const [id, name] of [["#claim", "claim"], ["#release", "release"], ["#approve", "approve"],
-    ["#edit", "edit"], ["#save-edit", "saveEdit"], ["#reject", "reject"], ["#escalate", "escalate"]]) {
+    ["#edit", "edit"], ["#save-edit", "saveEdit"], ["#reject", "reject"], ["#escalate", "escalate"],
+    ["#make-gold", "makeGold"]]) {
     $(id).addEventListener("click", () => run(actions[name]));
   }
   document.addEventListener("keydown", onKey);
@@ -276,6 +288,7 @@ function move(step) {
 async function start() {
   const me = await api("GET", "/v1/reviews/me");
   state.me = me.name;
+  state.role = me.role;
   $("#reviewer").placeholder = `${me.name} (${me.role})`;
   await loadQueue();
   if (state.item) renderItem();
