@@ -21,6 +21,7 @@ def open_review_store(settings: Settings) -> ReviewStore:
         claim_ttl_s=settings.review_claim_ttl_s,
         sla_s=settings.review_sla_s,
         gold_rate=settings.review_gold_rate,
+        min_ratings=settings.review_min_ratings,
     )
     if settings.review_gold_file is not None:
         load_gold_file(store, settings)

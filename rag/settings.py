@@ -95,6 +95,13 @@ class Settings(BaseSettings):
     review_gold_rate: float = Field(
         0.1, ge=0.0, lt=1.0, description="share of the queue made of gold items (known answers)"
     )
+    review_min_ratings: int = Field(
+        0,
+        ge=0,
+        le=10,
+        description="hand resolved items to further reviewers until each has this many ratings "
+        "(0: off; the seed's quality control asks for 3)",
+    )
     review_gold_file: Path | None = Field(
         None, description="JSONL of gold items: {question, answer, correct}"
     )

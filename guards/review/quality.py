@@ -10,6 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from guards.review import rating_queue
 from guards.review.agreement import krippendorff_alpha
 from guards.review.models import RATING_SCALES
 from guards.review.store import ReviewStore
@@ -41,6 +42,8 @@ class QueueStats:
     agreement: dict[str, float | None]
     """Krippendorff's alpha (ordinal) per rating scale; None until it is defined."""
     reviewers: list[ReviewerStats]
+    num_needing_ratings: int = 0
+    """Resolved items with fewer ratings than the store's ``min_ratings``."""
 
 
 def queue_stats(store: ReviewStore) -> QueueStats:
@@ -67,6 +70,7 @@ def queue_stats(store: ReviewStore) -> QueueStats:
         ratings = cur.execute(
             "SELECT item_id, reviewer, relevance, fluency, usefulness FROM ratings"
         ).fetchall()
+        num_needing = rating_queue.num_needing(cur, store.min_ratings)
     by_status: dict[str, int] = defaultdict(int)
     for status, count in statuses:
         by_status[status] += int(count)
@@ -102,4 +106,5 @@ def queue_stats(store: ReviewStore) -> QueueStats:
         num_multiply_rated=len(multiply_rated),
         agreement={n: krippendorff_alpha(units[n], "ordinal") for n in RATING_SCALES},
         reviewers=sorted(reviewers.values(), key=lambda s: s.reviewer),
+        num_needing_ratings=num_needing,
     )

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from guards.review import answer_cache, gold
+from guards.review import answer_cache, gold, rating_queue
 from guards.review.backend import Cursor, Database
 from guards.review.errors import InvalidReviewError, ItemNotFoundError, ReviewConflictError
 from guards.review.export import DEFAULT_PAGE_SIZE, export_items, ratings_of
@@ -54,14 +54,20 @@ class ReviewStore:
         claim_ttl_s: float = 900.0,
         sla_s: float = DEFAULT_SLA_S,
         gold_rate: float = 0.1,
+        min_ratings: int = 0,
         clock: Callable[[], float] = time.time,
     ):
+        """``min_ratings``: hand resolved items to further reviewers until each has that many
+        ratings (0: no such queue; see ``next_to_rate``)."""
         if claim_ttl_s <= 0 or sla_s <= 0 or not 0.0 <= gold_rate < 1.0:
             raise ValueError("need claim_ttl_s > 0, sla_s > 0 and 0 <= gold_rate < 1")
+        if not 0 <= min_ratings <= 10:
+            raise ValueError(f"min_ratings must be between 0 and 10, not {min_ratings}")
         self.db = Database(url)
         self.claim_ttl_s = claim_ttl_s
         self.sla_s = sla_s
         self.gold_rate = gold_rate
+        self.min_ratings = min_ratings
         self.clock = clock
         self.schema_version = migrate(self.db)
 
@@ -303,6 +309,17 @@ class ReviewStore:
             if action in (Action.APPROVE, Action.EDIT) and item.gold_id is None and item.index_name:
                 answer_cache.put(cur, item, actor, now)
             return item
+
+    def next_to_rate(self, actor: str) -> ReviewItem | None:
+        """The resolved item ``actor`` should rate next (oldest resolution first): one with fewer
+        than ``min_ratings`` ratings that they neither resolved nor rated. Rate it with
+        ``rate``; None when there is none (or ``min_ratings`` is 0)."""
+        now = self.clock()
+        with self.db.read() as cur:
+            row = rating_queue.next_row(cur, actor, self.min_ratings)
+            if row is None:
+                return None
+            return item_from_row(row, now, ratings_of(cur, [row[0]]).get(row[0], []))
 
     def rate(self, item_id: str, actor: str, ratings: Ratings) -> ReviewItem:
         """A further reviewer's ratings of a resolved item (for inter-rater agreement)."""

@@ -214,6 +214,9 @@ class StatsOut(BaseModel):
         ..., description="Krippendorff's alpha (ordinal) per rating scale"
     )
     reviewers: list[ReviewerStatsOut]
+    num_needing_ratings: int = Field(
+        0, description="resolved items with fewer than RAGGUARD_REVIEW_MIN_RATINGS ratings"
+    )
 
     @classmethod
     def from_stats(cls, stats: QueueStats, *, show_gold: bool = False) -> StatsOut:
@@ -225,6 +228,7 @@ class StatsOut(BaseModel):
             num_overdue=stats.num_overdue,
             num_multiply_rated=stats.num_multiply_rated,
             agreement=stats.agreement,
+            num_needing_ratings=stats.num_needing_ratings,
             reviewers=[
                 ReviewerStatsOut(
                     **{

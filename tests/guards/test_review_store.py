@@ -522,3 +522,39 @@ def test_a_database_from_a_newer_ragguard_is_refused(tmp_path: Path) -> None:
     conn.close()
     with pytest.raises(SchemaTooNewError, match="schema 99, newer than this ragguard's"):
         ReviewStore(path)
+
+
+def test_resolved_items_go_round_until_each_has_min_ratings(tmp_path: Path) -> None:
+    store = ReviewStore(tmp_path / "r.sqlite", gold_rate=0.0, min_ratings=3)
+    rated = store.add(flagged("Rated by its resolver"))
+    unrated = store.add(flagged("Resolved without ratings"))
+    open_item = store.add(flagged("Still pending"))
+    store.claim(rated.id, "ann")
+    store.resolve(rated.id, "ann", Action.APPROVE, ratings=Ratings(relevance=3, fluency=2))
+    store.claim(unrated.id, "ann")
+    store.resolve(unrated.id, "ann", Action.REJECT)
+    assert queue_stats(store).num_needing_ratings == 2
+    assert store.next_to_rate("ann") is None  # she resolved both: others rate them
+
+    handed: list[tuple[str, str]] = []
+    for reviewer in ("bob", "carl", "dora", "eve"):
+        while (item := store.next_to_rate(reviewer)) is not None:
+            assert item.id != open_item.id and reviewer not in {r.reviewer for r in item.ratings}
+            handed.append((reviewer, item.question))
+            store.rate(item.id, reviewer, Ratings(relevance=2, usefulness=3))
+    # The rated item needed two more ratings, the unrated one three; oldest resolution first.
+    assert handed == [
+        ("bob", "Rated by its resolver"),
+        ("bob", "Resolved without ratings"),
+        ("carl", "Rated by its resolver"),
+        ("carl", "Resolved without ratings"),
+        ("dora", "Resolved without ratings"),
+    ]
+    assert queue_stats(store).num_needing_ratings == 0
+    assert queue_stats(store).num_multiply_rated == 2
+    store.close()
+    off = ReviewStore(tmp_path / "r.sqlite")  # min_ratings 0: no such queue
+    assert off.next_to_rate("zed") is None and queue_stats(off).num_needing_ratings == 0
+    off.close()
+    with pytest.raises(ValueError, match="min_ratings"):
+        ReviewStore(tmp_path / "r.sqlite", min_ratings=11)

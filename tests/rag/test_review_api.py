@@ -412,3 +412,28 @@ def test_an_admin_makes_a_resolved_item_gold(client: TestClient) -> None:
     assert [e["action"] for e in audit].count("made_gold") == 1  # recorded once
     missing = client.post("/v1/reviews/nope/gold", headers=ANN)
     assert missing.status_code == 404
+
+
+def test_resolved_items_are_handed_out_for_more_ratings(client: TestClient) -> None:
+    store = client.app.state.ragguard.reviews  # type: ignore[attr-defined]
+    store.min_ratings = 2
+    item_id = queued(client, "Is the KV cache on the GPU?")
+    assert client.post("/v1/reviews/next-to-rate", headers=BOB).json() is None  # not resolved
+    client.post(f"/v1/reviews/{item_id}/claim", headers=ANN)
+    resolved = client.post(
+        f"/v1/reviews/{item_id}/resolve",
+        headers=ANN,
+        json={"action": "approve", "ratings": {"relevance": 3}},
+    )
+    assert resolved.status_code == 200
+    assert client.get("/v1/reviews/stats", headers=ANN).json()["num_needing_ratings"] == 1
+    assert client.post("/v1/reviews/next-to-rate", headers=ANN).json() is None  # her own
+    handed = client.post("/v1/reviews/next-to-rate", headers=BOB).json()
+    assert handed["id"] == item_id and [r["reviewer"] for r in handed["ratings"]] == ["ann"]
+    rated = client.post(
+        f"/v1/reviews/{item_id}/rate", headers=BOB, json={"ratings": {"relevance": 2}}
+    )
+    assert rated.status_code == 200
+    assert client.post("/v1/reviews/next-to-rate", headers=BOB).json() is None
+    stats = client.get("/v1/reviews/stats", headers=ANN).json()
+    assert stats["num_needing_ratings"] == 0 and stats["num_multiply_rated"] == 1

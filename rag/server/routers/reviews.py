@@ -160,6 +160,15 @@ def claim_next(store: ReviewsDep, who: Reviewer, body: ClaimIn | None = None) ->
     return None if item is None else _out(store, item, who, audit=True)
 
 
+@router.post("/next-to-rate", response_model=ReviewOut | None, responses=_ERRORS)
+def next_to_rate(store: ReviewsDep, who: Reviewer) -> ReviewOut | None:
+    """The resolved item to rate next (for agreement between reviewers): one with fewer than
+    ``RAGGUARD_REVIEW_MIN_RATINGS`` ratings that you neither resolved nor rated; null when there
+    is none. Rate it with ``POST /v1/reviews/{id}/rate``."""
+    item = store.next_to_rate(who.name)
+    return None if item is None else _out(store, item, who, audit=True)
+
+
 @router.post("/gold", status_code=201, responses=_ERRORS)
 def add_gold(body: GoldIn, store: ReviewsDep, who: Admin) -> dict[str, str]:
     """Add a gold item (a question with a known answer) to score reviewers with."""
