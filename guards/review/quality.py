@@ -27,6 +27,9 @@ class ReviewerStats:
     num_gold_correct: int = 0
     mean_ratings: dict[str, float | None] = field(default_factory=dict)
     median_resolve_s: float | None = None
+    alpha_without: dict[str, float | None] = field(default_factory=dict)
+    """Krippendorff's alpha per scale with this reviewer's ratings left out: above the queue's
+    alpha, the reviewer lowers agreement (the seed design drops such reviewers)."""
 
     @property
     def gold_accuracy(self) -> float | None:
@@ -87,11 +90,12 @@ def queue_stats(store: ReviewStore) -> QueueStats:
     for reviewer, spans in durations.items():
         spans.sort()
         reviewers[reviewer].median_resolve_s = spans[len(spans) // 2]
-    units: dict[str, dict[str, list[Any]]] = {n: defaultdict(list) for n in RATING_SCALES}
+    # scale -> item -> reviewer -> value
+    units: dict[str, dict[str, dict[str, Any]]] = {n: defaultdict(dict) for n in RATING_SCALES}
     given: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     for item_id, reviewer, *values in ratings:
         for name, value in zip(RATING_SCALES, values, strict=True):
-            units[name][item_id].append(value)
+            units[name][item_id][reviewer] = value
             if value is not None:
                 given[reviewer][name].append(int(value))
     for reviewer, scales in given.items():
@@ -99,12 +103,21 @@ def queue_stats(store: ReviewStore) -> QueueStats:
         stats.mean_ratings = {
             n: (sum(scales[n]) / len(scales[n]) if scales[n] else None) for n in RATING_SCALES
         }
+        stats.alpha_without = {n: _alpha(units[n], without=reviewer) for n in RATING_SCALES}
     multiply_rated = {i for i, vs in units["relevance"].items() if len(vs) >= 2}
     return QueueStats(
         by_status=dict(by_status),
         num_overdue=int(num_overdue),
         num_multiply_rated=len(multiply_rated),
-        agreement={n: krippendorff_alpha(units[n], "ordinal") for n in RATING_SCALES},
+        agreement={n: _alpha(units[n]) for n in RATING_SCALES},
         reviewers=sorted(reviewers.values(), key=lambda s: s.reviewer),
         num_needing_ratings=num_needing,
+    )
+
+
+def _alpha(by_item: dict[str, dict[str, Any]], without: str | None = None) -> float | None:
+    """Ordinal Krippendorff's alpha over the items' ratings, leaving ``without``'s out."""
+    return krippendorff_alpha(
+        [[v for who, v in raters.items() if who != without] for raters in by_item.values()],
+        "ordinal",
     )

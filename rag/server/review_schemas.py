@@ -204,6 +204,11 @@ class ReviewerStatsOut(BaseModel):
     gold_accuracy: float | None = None
     mean_ratings: dict[str, float | None]
     median_resolve_s: float | None
+    alpha_without: dict[str, float | None] = Field(
+        default_factory=dict,
+        description="Krippendorff's alpha per scale without this reviewer's ratings: above the "
+        "queue's, they lower agreement",
+    )
 
 
 class StatsOut(BaseModel):

@@ -558,3 +558,22 @@ def test_resolved_items_go_round_until_each_has_min_ratings(tmp_path: Path) -> N
     off.close()
     with pytest.raises(ValueError, match="min_ratings"):
         ReviewStore(tmp_path / "r.sqlite", min_ratings=11)
+
+
+def test_the_stats_show_which_reviewer_lowers_agreement(store: ReviewStore) -> None:
+    # ann and bob agree; carl rates at random.
+    triples = [(3, 3, 0), (2, 2, 3), (0, 0, 2), (1, 1, 3), (3, 2, 1)]
+    for n, (a, b, c) in enumerate(triples):
+        item = store.add(flagged(f"q{n}"))
+        store.claim(item.id, "ann")
+        store.resolve(item.id, "ann", Action.APPROVE, ratings=Ratings(relevance=a))
+        store.rate(item.id, "bob", Ratings(relevance=b))
+        store.rate(item.id, "carl", Ratings(relevance=c))
+    stats = queue_stats(store)
+    everyone = stats.agreement["relevance"]
+    without = {r.reviewer: r.alpha_without["relevance"] for r in stats.reviewers}
+    assert without["carl"] == pytest.approx(
+        krippendorff_alpha([[a, b] for a, b, _ in triples], "ordinal")
+    )
+    assert everyone is not None and without["carl"] > 0.8 > everyone
+    assert without["ann"] < everyone and without["bob"] < everyone
