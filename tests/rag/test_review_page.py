@@ -161,3 +161,39 @@ def test_a_reviewer_edits_and_approves_flagged_answers_in_the_browser(server: st
     approved = ask.post("/v1/ask", json={"question": second["question"]}).json()
     assert approved["answer"] == second["answer"] and approved["decision"] == "answer"
     assert "approved by reviewer ann" in approved["decision_reasons"][0]
+
+
+def test_a_second_reviewer_rates_resolved_items_from_the_page(
+    server: str, page, demo_pipeline
+) -> None:  # type: ignore[no-untyped-def]
+    expect = sync_api.expect
+    demo_pipeline.reviews.min_ratings = 2
+    ask = httpx.Client(base_url=server, timeout=120)
+    flagged = ask.post(
+        "/v1/ask", json={"question": "What is speculative decoding?", "max_tokens": 12}
+    ).json()
+    item = flagged["review_id"]
+    ann = {"x-reviewer": "ann"}
+    ask.post(f"/v1/reviews/{item}/claim", headers=ann)
+    ask.post(f"/v1/reviews/{item}/resolve", headers=ann, json={"action": "approve"})
+
+    page.goto(server + "/review")
+    page.fill("#reviewer", "bob")
+    page.click("#who button[type=submit]")
+    expect(page.locator("#queue-count")).to_be_visible()
+    page.locator("body").press("t")
+    expect(page.locator("#item-question")).to_have_text(flagged["question"])
+    expect(page.locator("#item-meta")).to_contain_text("approve by ann")
+    expect(page.locator("#save-ratings")).to_be_visible()
+    for key in "2f2s3":
+        page.keyboard.press(key)
+    page.keyboard.press("w")
+    expect(page.locator("#toast")).to_have_text("ratings saved")
+    expect(page.locator("#save-ratings")).to_be_hidden()  # rated once
+    expect(page.locator("#audit")).to_contain_text("bob · rate")
+    page.locator("body").press("t")
+    expect(page.locator("#toast")).to_have_text("nothing needs your ratings")
+    stored = ask.get(f"/v1/reviews/{item}").json()["ratings"]
+    assert [(r["reviewer"], r["relevance"], r["fluency"], r["usefulness"]) for r in stored] == [
+        ("bob", 2, 2, 3)
+    ]

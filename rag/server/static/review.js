@@ -156,6 +156,9 @@ function renderItem() {
   const mine = item.status === "claimed" && item.assignee === state.me;
   $("#claim").disabled = !open;
   for (const id of ["#release", "#approve", "#edit", "#reject", "#escalate"]) $(id).disabled = !mine;
+  // A resolved item someone else resolved can take this reviewer's ratings (a second opinion).
+  const rated = item.ratings.some((r) => r.reviewer === state.me);
+  $("#save-ratings").hidden = open || item.resolved_by === state.me || rated;
   // Admins make a resolved item a gold item once (is_gold and made_gold reach admins only).
   const known = ["approved", "edited", "rejected"].includes(item.status);
   const made = (item.audit || []).some((a) => a.action === "made_gold");
@@ -201,6 +204,14 @@ const actions = {
   edit: async () => setEditing(true),
   saveEdit: () => act("resolve", { action: "edit", edited_answer: $("#edit-box").value, ...ratings() })
     .then(() => { setEditing(false); clearRatings(); toast("edited answer saved"); }),
+  rateNext: async () => {
+    const item = await api("POST", "/v1/reviews/next-to-rate");
+    if (!item) { toast("nothing needs your ratings"); return; }
+    state.item = item;
+    clearRatings();
+    renderItem();
+  },
+  saveRatings: () => act("rate", ratings()).then(() => { clearRatings(); toast("ratings saved"); }),
   makeGold: async () => {
     const path = `/v1/reviews/${encodeURIComponent(state.item.id)}`;
     const made = await api("POST", `${path}/gold`);
@@ -235,7 +246,7 @@ function bind() {
   $("#help-button").addEventListener("click", () => $("#help").showModal());
   for (const [id, name] of [["#claim", "claim"], ["#release", "release"], ["#approve", "approve"],
     ["#edit", "edit"], ["#save-edit", "saveEdit"], ["#reject", "reject"], ["#escalate", "escalate"],
-    ["#make-gold", "makeGold"]]) {
+    ["#make-gold", "makeGold"], ["#rate-next", "rateNext"], ["#save-ratings", "saveRatings"]]) {
     $(id).addEventListener("click", () => run(actions[name]));
   }
   document.addEventListener("keydown", onKey);
@@ -274,6 +285,8 @@ function onKey(e) {
     e: () => itemOpen && !$("#edit").disabled && run(actions.edit),
     r: () => itemOpen && !$("#reject").disabled && run(actions.reject),
     x: () => itemOpen && !$("#escalate").disabled && run(actions.escalate),
+    t: () => run(actions.rateNext),
+    w: () => itemOpen && !$("#save-ratings").hidden && run(actions.saveRatings),
   };
   const handler = keys[e.key];
   if (handler) { e.preventDefault(); handler(); }
