@@ -10,10 +10,10 @@ the store's transactions.
 
 from __future__ import annotations
 
-from typing import Any
-
 from guards.review.backend import Cursor
-from guards.review.rows import COLUMNS
+from guards.review.export import ratings_of
+from guards.review.models import ReviewItem
+from guards.review.rows import COLUMNS, item_from_row
 
 _NEEDS_RATINGS = (
     "status IN ('approved', 'edited', 'rejected') AND gold_id IS NULL "
@@ -21,17 +21,20 @@ _NEEDS_RATINGS = (
 )
 
 
-def next_row(cur: Cursor, actor: str, min_ratings: int) -> tuple[Any, ...] | None:
-    """The row of the resolved item ``actor`` should rate next, if any."""
+def next_item(cur: Cursor, actor: str, min_ratings: int, now: float) -> ReviewItem | None:
+    """The resolved item ``actor`` should rate next, if any, with its ratings so far."""
     if min_ratings <= 0:
         return None
-    return cur.execute(
+    row = cur.execute(
         f"SELECT {COLUMNS} FROM review_items WHERE {_NEEDS_RATINGS} "
         "AND resolved_by <> ? AND NOT EXISTS "
         "(SELECT 1 FROM ratings t WHERE t.item_id = review_items.id AND t.reviewer = ?) "
         "ORDER BY resolved_at, id LIMIT 1",
         (min_ratings, actor, actor),
     ).fetchone()
+    if row is None:
+        return None
+    return item_from_row(row, now, ratings_of(cur, [row[0]]).get(row[0], []))
 
 
 def num_needing(cur: Cursor, min_ratings: int) -> int:

@@ -314,12 +314,8 @@ class ReviewStore:
         """The resolved item ``actor`` should rate next (oldest resolution first): one with fewer
         than ``min_ratings`` ratings that they neither resolved nor rated. Rate it with
         ``rate``; None when there is none (or ``min_ratings`` is 0)."""
-        now = self.clock()
         with self.db.read() as cur:
-            row = rating_queue.next_row(cur, actor, self.min_ratings)
-            if row is None:
-                return None
-            return item_from_row(row, now, ratings_of(cur, [row[0]]).get(row[0], []))
+            return rating_queue.next_item(cur, actor, self.min_ratings, self.clock())
 
     def rate(self, item_id: str, actor: str, ratings: Ratings) -> ReviewItem:
         """A further reviewer's ratings of a resolved item (for inter-rater agreement)."""
