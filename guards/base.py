@@ -14,8 +14,8 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, ClassVar
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +54,9 @@ class GuardContext:
     answer: str
     passages: tuple[Evidence, ...] = ()
     candidates: tuple[Candidate, ...] = ()
+    verification: float | None = None
+    """The generator's own probability that the answer is correct and supported (P(yes) to a
+    verification question asked after the answer), or None when it was not asked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,10 @@ class GuardResult:
     score: float | None
     reason: str
     evidence: Mapping[str, Any] = field(default_factory=dict)
+    signals: Mapping[str, float] = field(default_factory=dict)
+    """Numbers for the confidence model, named as the guard declares them (``Guard.signals``),
+    each centred so that 0 means "no evidence either way"; a signal the guard could not measure
+    is left out."""
 
     @property
     def passed(self) -> bool:
@@ -75,6 +82,8 @@ class Guard(ABC):
     """A check on an answer. Subclasses set ``name`` and implement ``check``."""
 
     name: str = "guard"
+    signals: ClassVar[tuple[str, ...]] = ()
+    """The names of the signals this guard's results may carry (see ``GuardResult.signals``)."""
 
     @abstractmethod
     def check(self, ctx: GuardContext) -> GuardResult:
@@ -127,6 +136,12 @@ class GuardChain:
                 logger.exception("guard %s failed", guard.name)
                 result = guard.abstain(f"guard error: {type(exc).__name__}: {exc}")
             timings[guard.name] = time.perf_counter() - t0
+            undeclared = set(result.signals) - set(guard.signals)
+            if undeclared:  # a programming error, but never one that may pass an answer
+                logger.error("guard %s emitted undeclared signals %s", guard.name, undeclared)
+                result = replace(
+                    result, signals={k: v for k, v in result.signals.items() if k in guard.signals}
+                )
             results.append(result)
         run = GuardRun(uuid.uuid4().hex, started, tuple(results), timings)
         if self.audit is not None:

@@ -16,21 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
-from guards.base import GuardResult, Outcome
+from guards.base import GuardResult
 
-FEATURES = (
+GENERATOR_SIGNALS = (
     "token_prob",  # geometric-mean probability of the answer's tokens (centred)
-    "agreement",  # share of samples agreeing with the answer (centred)
-    "grounding",  # share of sentences supported by their passages (centred)
-    "coverage",  # share of the answer's content words found in the passages or question (centred)
-    "quoted",  # share of the answer's words in two-word runs quoted from the sources (centred)
-    "unsupported_words",  # content words found in no source (0, 1/6, ..., 1 for 6 or more)
-    "novel_terms",  # names and numbers of the answer found in no source (0, 1/3, 2/3, 1)
-    "kg_supported",  # 1 if the graph supports a claim and contradicts none
-    "kg_contradicted",  # 1 if the graph contradicts a claim
     "retrieval",  # similarity of the best passage (centred)
-    "repetition_fail",  # 1 if the repetition guard failed
 )
+"""Signals that come from the generator and the retriever rather than from a guard; every other
+signal is declared by the guard that emits it (``Guard.signals``)."""
 FORMAT_VERSION = 1
 
 
@@ -40,37 +33,17 @@ def features(
     token_logprobs: Sequence[float] = (),
     retrieval_score: float | None = None,
 ) -> dict[str, float]:
-    """The feature vector of one answer. Probabilities and shares are centred on 0.5, so that a
-    missing signal (a guard that abstained, no logprobs) contributes nothing either way; a
-    grounding FAIL counts as no support at all."""
-    by_name = {r.name: r for r in results}
-
-    def centred(name: str) -> float:
-        r = by_name.get(name)
-        if r is None or r.score is None or r.outcome is Outcome.ABSTAIN:
-            return 0.0
-        return (0.0 if r.outcome is Outcome.FAIL and name == "grounding" else float(r.score)) - 0.5
-
-    grounding = by_name.get("grounding")
-    grounded = grounding is not None and grounding.outcome is not Outcome.ABSTAIN
-    evidence = grounding.evidence if grounded and grounding else {}
-    coverage, quoted = evidence.get("coverage"), evidence.get("quoted_share")
-    kg = by_name.get("knowledge_graph")
-    repetition = by_name.get("repetition")
-    mean_logprob = sum(token_logprobs) / len(token_logprobs) if token_logprobs else None
-    return {
-        "token_prob": math.exp(mean_logprob) - 0.5 if mean_logprob is not None else 0.0,
-        "agreement": centred("self_consistency"),
-        "grounding": centred("grounding"),
-        "coverage": float(coverage) - 0.5 if isinstance(coverage, int | float) else 0.0,
-        "quoted": float(quoted) - 0.5 if isinstance(quoted, int | float) else 0.0,
-        "unsupported_words": min(len(evidence.get("unsupported_words", ())), 6) / 6,
-        "novel_terms": min(len(evidence.get("novel_terms", ())), 3) / 3,
-        "kg_supported": float(kg is not None and kg.outcome is Outcome.PASS),
-        "kg_contradicted": float(kg is not None and kg.outcome is Outcome.FAIL),
-        "retrieval": retrieval_score - 0.5 if retrieval_score is not None else 0.0,
-        "repetition_fail": float(repetition is not None and repetition.outcome is Outcome.FAIL),
-    }
+    """The signals of one answer: the generator's, then each guard's own (``GuardResult.signals``).
+    Every signal is centred so that 0 means no evidence either way: a signal nobody measured
+    (a guard that abstained, no logprobs) is simply absent and contributes nothing."""
+    feats: dict[str, float] = {}
+    if token_logprobs:
+        feats["token_prob"] = math.exp(sum(token_logprobs) / len(token_logprobs)) - 0.5
+    if retrieval_score is not None:
+        feats["retrieval"] = retrieval_score - 0.5
+    for result in results:
+        feats.update(result.signals)
+    return feats
 
 
 @dataclass(slots=True)
@@ -109,13 +82,16 @@ class ConfidenceModel:
         rows: Sequence[Mapping[str, float]],
         labels: Sequence[int],
         *,
+        names: Sequence[str] | None = None,
         l2: float = 1e-2,
         steps: int = 50,
     ) -> ConfidenceModel:
-        """Logistic regression by Newton's method (labels: 1 = correct answer)."""
+        """Logistic regression by Newton's method (labels: 1 = correct answer) over the signals
+        ``names`` (default: every signal some row has); a row without a signal counts it 0."""
         if len(rows) != len(labels) or len(set(labels)) < 2:
             raise ValueError("fitting needs as many labels as rows, with both classes present")
-        x = np.array([[r.get(f, 0.0) for f in FEATURES] + [1.0] for r in rows])
+        names = list(names) if names is not None else sorted({k for r in rows for k in r})
+        x = np.array([[r.get(f, 0.0) for f in names] + [1.0] for r in rows])
         y = np.asarray(labels, dtype=float)
         w = np.zeros(x.shape[1])
         penalty = l2 * np.eye(x.shape[1])
@@ -134,7 +110,7 @@ class ConfidenceModel:
             "ece": expected_calibration_error(probs, y),
         }
         return cls(
-            dict(zip(FEATURES, map(float, w[:-1]), strict=True)), float(w[-1]), True, notes=notes
+            dict(zip(names, map(float, w[:-1]), strict=True)), float(w[-1]), True, notes=notes
         )
 
     def save(self, path: str | Path) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from guards.answers import QuestionKind, answer_core, question_kind, verdict
 from guards.base import Guard, GuardContext, GuardResult, Outcome
 from guards.embedder import Embedder
 
@@ -72,10 +73,24 @@ def cluster_answers(
     return Vote(clusters, shares[0], entropy)
 
 
+def _core(text: str) -> str:
+    return answer_core(text) or text
+
+
+def _verdict_or_core(text: str) -> str:
+    """A yes/no question's answers agree when their verdicts do, whatever follows them."""
+    return verdict(text) or _core(text)
+
+
 class SelfConsistencyGuard(Guard):
-    """PASS when at least ``min_agreement`` of the candidates mean what the answer means."""
+    """PASS when at least ``min_agreement`` of the candidates mean what the answer means.
+
+    Candidates are compared by their core span (``answer_core``: "The answer is: Paris [1]." and
+    "Paris" agree). Signals: the agreement share, and the semantic entropy of the meaning
+    clusters over all samples, answer included (normalised by its maximum, log n)."""
 
     name = "self_consistency"
+    signals = ("agreement", "semantic_entropy")
 
     def __init__(
         self,
@@ -89,14 +104,18 @@ class SelfConsistencyGuard(Guard):
         self.similarity = similarity
 
     def check(self, ctx: GuardContext) -> GuardResult:
-        texts = [c.text for c in ctx.candidates]
+        key = _verdict_or_core if question_kind(ctx.question) is QuestionKind.YES_NO else _core
+        texts = [key(c.text) for c in ctx.candidates]
         if len(texts) < 2:
             return self.abstain("self-consistency needs at least two sampled candidates")
-        vote = cluster_answers([*texts, ctx.answer], self.embedder, self.similarity)
+        answer = key(ctx.answer)
+        vote = cluster_answers([*texts, answer], self.embedder, self.similarity)
         answer_index = len(texts)
         answer_cluster = next(c for c in vote.clusters if answer_index in c)
         # The answer is usually one of the samples: that sample does not vote for itself.
-        own = next((i for i, t in enumerate(texts) if t.strip() == ctx.answer.strip()), None)
+        own = next(
+            (i for i, c in enumerate(ctx.candidates) if c.text.strip() == ctx.answer.strip()), None
+        )
         voters = len(texts) - (own is not None)
         if voters == 0:
             return self.abstain("no sample other than the answer itself")
@@ -106,6 +125,9 @@ class SelfConsistencyGuard(Guard):
             "agreement": agreeing,
             "semantic_entropy": vote.semantic_entropy,
         }
+        samples = cluster_answers(texts, self.embedder, self.similarity)
+        spread = samples.semantic_entropy / math.log(len(texts))
+        signals = {"agreement": agreeing - 0.5, "semantic_entropy": 0.5 - spread}
         reason = f"{agreeing:.0%} of the {voters} other samples agree with the answer"
         outcome = Outcome.PASS if agreeing >= self.min_agreement else Outcome.FAIL
-        return GuardResult(self.name, outcome, agreeing, reason, evidence)
+        return GuardResult(self.name, outcome, agreeing, reason, evidence, signals)

@@ -25,6 +25,13 @@ class GroundingGuard(Guard):
     """PASS when every sentence is supported; score = share of supported sentences."""
 
     name = "grounding"
+    signals = (
+        "grounding",
+        "coverage",
+        "quoted",
+        "unsupported_words",
+        "novel_terms",
+    )
 
     def __init__(
         self,
@@ -86,20 +93,34 @@ class GroundingGuard(Guard):
         source_words = content_words(source_text)
         answer = strip_markers(ctx.answer)
         answer_words = content_words(answer)
+        coverage = overlap(answer_words, source_words)
+        quoted = quoted_share(answer, source_text)
+        unsupported_words = sorted(answer_words - source_words)
+        novel_terms = sorted(key_terms(answer) - source_words - key_terms(source_text))
         evidence = {
             "unsupported_sentences": unsupported,
             "dangling_citations": sorted(set(dangling)),
-            "coverage": overlap(answer_words, source_words),
-            "quoted_share": quoted_share(answer, source_text),
-            "unsupported_words": sorted(answer_words - source_words),
-            "novel_terms": sorted(key_terms(answer) - source_words - key_terms(source_text)),
+            "coverage": coverage,
+            "quoted_share": quoted,
+            "unsupported_words": unsupported_words,
+            "novel_terms": novel_terms,
         }
-        if dangling:
-            reason = f"citation(s) {sorted(set(dangling))} point to no passage"
-            return GuardResult(self.name, Outcome.FAIL, supported_share, reason, evidence)
-        if unsupported:
+        signals = {
+            "coverage": coverage - 0.5,
+            "quoted": quoted - 0.5,
+            "unsupported_words": min(len(unsupported_words), 6) / 6,
+            "novel_terms": min(len(novel_terms), 3) / 3,
+        }
+        if dangling or unsupported:
             reason = (
-                f"{len(unsupported)} of {len(claims)} sentence(s) not supported by their passages"
+                f"citation(s) {sorted(set(dangling))} point to no passage"
+                if dangling
+                else f"{len(unsupported)} of {len(claims)} sentence(s) not supported by "
+                "their passages"
             )
-            return GuardResult(self.name, Outcome.FAIL, supported_share, reason, evidence)
-        return GuardResult(self.name, Outcome.PASS, 1.0, "every sentence is supported", evidence)
+            signals["grounding"] = -0.5  # a failure counts as no support at all
+            return GuardResult(self.name, Outcome.FAIL, supported_share, reason, evidence, signals)
+        signals["grounding"] = 0.5
+        return GuardResult(
+            self.name, Outcome.PASS, 1.0, "every sentence is supported", evidence, signals
+        )

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from difflib import get_close_matches
 from pathlib import Path
+from typing import Any
 
 import networkx as nx
 
@@ -353,6 +354,7 @@ class KnowledgeGraphGuard(Guard):
     ABSTAIN when the graph cannot judge it (no claims, or only claims it does not hold)."""
 
     name = "knowledge_graph"
+    signals = ("kg_supported", "kg_contradicted", "kg_off_topic")
 
     def __init__(self, graph: KnowledgeGraph):
         self.graph = graph
@@ -361,14 +363,21 @@ class KnowledgeGraphGuard(Guard):
         if not ctx.answer.strip():
             return self.abstain("the answer is empty")
         checks = self.graph.check_answer(ctx.answer, ctx.question)
-        evidence = {
+        evidence: dict[str, Any] = {
             "claims": [
                 {**asdict(c.claim), "verdict": c.verdict.value, "graph_says": list(c.known_objects)}
                 for c in checks
             ]
         }
-        supported = sum(c.verdict is Verdict.SUPPORTED for c in checks)
-        contradicted = [c for c in checks if c.verdict is Verdict.CONTRADICTED]
+        # A true fact about another entity than the question's is no support for the answer
+        # ("asked for one film's year, gave another film's"): claims must touch the topic.
+        topic = {m.node for m in self.graph.link(ctx.question)}
+        on_topic = [
+            c for c in checks if not topic or c.claim.subject in topic or c.claim.object in topic
+        ]
+        supported = sum(c.verdict is Verdict.SUPPORTED for c in on_topic)
+        contradicted = [c for c in on_topic if c.verdict is Verdict.CONTRADICTED]
+        evidence["question_entities"] = sorted(topic)
         judged = supported + len(contradicted)
         if contradicted:
             first = contradicted[0]
@@ -376,7 +385,14 @@ class KnowledgeGraphGuard(Guard):
                 f"the graph says {first.claim.subject} {first.claim.relation.replace('_', ' ')} "
                 f"{', '.join(first.known_objects)}, not {first.claim.object}"
             )
-            return GuardResult(self.name, Outcome.FAIL, supported / judged, reason, evidence)
+            return GuardResult(
+                self.name,
+                Outcome.FAIL,
+                supported / judged,
+                reason,
+                evidence,
+                {"kg_supported": 0.0, "kg_contradicted": 1.0, "kg_off_topic": 0.0},
+            )
         if supported:
             return GuardResult(
                 self.name,
@@ -384,6 +400,16 @@ class KnowledgeGraphGuard(Guard):
                 1.0,
                 f"{supported} claim(s) supported by the graph",
                 evidence,
+                {"kg_supported": 1.0, "kg_contradicted": 0.0, "kg_off_topic": 0.0},
+            )
+        if any(c.verdict is not Verdict.UNKNOWN for c in checks):
+            return GuardResult(
+                self.name,
+                Outcome.ABSTAIN,
+                None,
+                "the graph judges only claims about other entities than the question's",
+                evidence,
+                {"kg_off_topic": 1.0},
             )
         if checks:
             return self.abstain(

@@ -87,6 +87,7 @@ class RepetitionGuard(Guard):
     """FAIL on empty, cut-off, looping or self-repeating answers; score = 1 - repeated share."""
 
     name = "repetition"
+    signals = ("repetition_fail",)
 
     def __init__(
         self,
@@ -109,7 +110,9 @@ class RepetitionGuard(Guard):
         candidate = next((c for c in ctx.candidates if c.text == ctx.answer), Candidate(ctx.answer))
         words = [w.casefold() for w in _WORD.findall(candidate.text)]
         if not words:
-            return GuardResult(self.name, Outcome.FAIL, 0.0, "the answer is empty")
+            return GuardResult(
+                self.name, Outcome.FAIL, 0.0, "the answer is empty", {}, {"repetition_fail": 1.0}
+            )
         problems: list[str] = []
         share = repeated_share(words, self.ngram_size, self.min_count)
         if share > self.max_repeated_share:
@@ -134,5 +137,19 @@ class RepetitionGuard(Guard):
             "repeated_sentences": len(repeated),
         }
         if problems:
-            return GuardResult(self.name, Outcome.FAIL, 1.0 - share, "; ".join(problems), evidence)
-        return GuardResult(self.name, Outcome.PASS, 1.0 - share, "no repetition found", evidence)
+            return GuardResult(
+                self.name,
+                Outcome.FAIL,
+                1.0 - share,
+                "; ".join(problems),
+                evidence,
+                {"repetition_fail": 1.0},
+            )
+        return GuardResult(
+            self.name,
+            Outcome.PASS,
+            1.0 - share,
+            "no repetition found",
+            evidence,
+            {"repetition_fail": 0.0},
+        )

@@ -12,20 +12,18 @@ from guards import (
     ConfidenceModel,
     Decision,
     Evidence,
-    GroundingGuard,
     GuardChain,
     GuardContext,
     GuardResult,
     KnowledgeGraph,
-    KnowledgeGraphGuard,
     Policy,
-    RepetitionGuard,
-    SelfConsistencyGuard,
     features,
 )
+from guards.registry import GuardDeps, UnknownGuardError, build_guards
 from guards.repetition import LOOP_STOP_REASON
 from guards.review import NewItem, ReviewStore
 from rag.embed import Embedder
+from rag.errors import InvalidInputError
 from rag.reviews import open_review_store
 from rag.settings import Settings
 from rag.types import GuardVerdict, Passage
@@ -49,7 +47,7 @@ class Checked:
         ]
 
 
-def _finish_reason(c: CompletionOutput) -> str | None:
+def finish_reason(c: CompletionOutput) -> str | None:
     if c.stop_reason == LOOP_STOP_REASON:
         return LOOP_STOP_REASON
     return c.finish_reason and str(c.finish_reason)
@@ -69,10 +67,11 @@ class AnswerChecker:
         """``reviews``: the queue flagged answers go to (the pipeline's); without one the
         checker opens its own connection to the store the settings name. ``graph`` replaces the
         one the settings name (an application's own, already built)."""
-        guards = [RepetitionGuard(), GroundingGuard(embedder), SelfConsistencyGuard(embedder)]
         graph = graph or self._load_graph(settings)
-        if graph is not None:
-            guards.append(KnowledgeGraphGuard(graph))
+        try:
+            guards = build_guards(settings.guards, GuardDeps(embedder=embedder, graph=graph))
+        except UnknownGuardError as exc:
+            raise InvalidInputError(str(exc)) from exc
         self.chain = GuardChain(guards)
         self.confidence = (
             ConfidenceModel.load(settings.confidence_model)
@@ -109,6 +108,7 @@ class AnswerChecker:
         passages: list[Passage],
         *,
         policy: Policy | None = None,
+        verification: float | None = None,
     ) -> Checked:
         """Run the guards and decide; ``policy`` replaces the configured one for this answer."""
         ctx = GuardContext(
@@ -116,8 +116,9 @@ class AnswerChecker:
             answer=answer.text.strip(),
             passages=tuple(Evidence(p.chunk_id, p.text, p.score) for p in passages),
             candidates=tuple(
-                Candidate(c.text.strip(), tuple(c.logprobs), _finish_reason(c)) for c in candidates
+                Candidate(c.text.strip(), tuple(c.logprobs), finish_reason(c)) for c in candidates
             ),
+            verification=verification,
         )
         results = list(self.chain.run(ctx).results)
         feats = features(

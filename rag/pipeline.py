@@ -9,19 +9,19 @@ import uuid
 from dataclasses import dataclass, replace
 
 from engine import EngineConfig, Generator, SamplingParams, build_generator
-from engine.outputs import CompletionOutput
-from guards import Action, LoopStop, Policy, cluster_answers
+from guards import Action, LoopStop, Policy
 from guards.review import CachedAnswer
 from rag import citations
 from rag.collection import CollectionRegistry
 from rag.embed import Embedder
 from rag.errors import InvalidInputError
-from rag.guarding import AnswerChecker, Checked
+from rag.guarding import AnswerChecker, Checked, finish_reason
 from rag.prompt import NO_ANSWER, build_messages
 from rag.retriever import VectorRetriever
 from rag.reviews import index_version, open_review_store
 from rag.settings import Settings
-from rag.types import Passage, Result, Usage
+from rag.types import Passage, Result, Sample, Usage
+from rag.verification import SelfVerifier
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +53,11 @@ class Pipeline:
         self.reviews = open_review_store(settings)
         self.checker = (
             AnswerChecker(settings, embedder, self.reviews) if settings.guards_enabled else None
+        )
+        self.verifier = (
+            SelfVerifier(generator)
+            if self.checker is not None and settings.self_verification
+            else None
         )
 
     @classmethod
@@ -132,26 +137,31 @@ class Pipeline:
                 request_id, question, NO_ANSWER, [], reason, timings, Usage(), index_name
             )
 
-        prompt = self._fit_prompt(question, passages, params.max_tokens)
+        prompt = self._fit_prompt(question, passages, params[0].max_tokens)
         gen_started = time.perf_counter()
-        output = self.generator.generate([prompt], params)[0]
-        completion = self._choose(output.outputs)
+        outputs = self.generator.generate([prompt] * len(params), params)
+        completion = outputs[0].outputs[0]
+        samples = [c for o in outputs for c in o.outputs]
         timings["generate_s"] = time.perf_counter() - gen_started
-        if (ttft := output.timing.time_to_first_token_s) is not None:
+        if (ttft := outputs[0].timing.time_to_first_token_s) is not None:
             timings["time_to_first_token_s"] = ttft
         answer = completion.text.strip()
-        usage = Usage(output.num_prompt_tokens, output.num_completion_tokens)
+        usage = Usage(outputs[0].num_prompt_tokens, sum(o.num_completion_tokens for o in outputs))
         if citations.is_declined(answer):
             timings["total_s"] = time.perf_counter() - started
             reason = "the model found no answer in the passages"
             return self._result(
                 request_id, question, NO_ANSWER, passages, reason, timings, usage, index_name
             )
-        checked = None
+        checked, verification = None, None
         if self.checker is not None:
+            if self.verifier is not None:
+                verify_started = time.perf_counter()
+                verification = self.verifier.score(question, passages, answer)
+                timings["verify_s"] = time.perf_counter() - verify_started
             guards_started = time.perf_counter()
             checked = self.checker.check(
-                question, completion, output.outputs, passages, policy=policy
+                question, completion, samples, passages, policy=policy, verification=verification
             )
             timings["guards_s"] = time.perf_counter() - guards_started
         timings["total_s"] = time.perf_counter() - started
@@ -160,22 +170,36 @@ class Pipeline:
         )
         if checked is None:
             return result
-        candidates = [c.text.strip() for c in output.outputs]
-        return self._apply(result, checked, candidates, version)
+        result = replace(
+            result,
+            samples=[Sample(c.text.strip(), list(c.logprobs), finish_reason(c)) for c in samples],
+            verification=verification,
+        )
+        return self._apply(result, checked, [c.text.strip() for c in samples], version)
 
-    def _sampling_params(self, options: AskOptions) -> SamplingParams:
+    def _sampling_params(self, options: AskOptions) -> list[SamplingParams]:
+        """The answer's parameters, then (with ``num_candidates`` > 1) those of the extra samples
+        the guards compare it with: one request each, sharing the prompt's KV blocks."""
         s = self.settings
         temperature = s.temperature if options.temperature is None else options.temperature
-        if s.num_candidates > 1 and temperature == 0.0:
-            temperature = s.candidate_temperature  # n identical greedy samples would vote nothing
         try:
-            return SamplingParams(
-                n=s.num_candidates,
+            answer = SamplingParams(
                 temperature=temperature,
                 max_tokens=s.max_tokens if options.max_tokens is None else options.max_tokens,
                 seed=options.seed,
                 stop_check=LoopStop() if s.stop_on_loop else None,
             )
+            if s.num_candidates == 1:
+                return [answer]
+            seed = None if options.seed is None else options.seed + 1
+            samples = replace(
+                answer,
+                n=s.num_candidates - 1,
+                temperature=s.candidate_temperature,
+                max_tokens=min(answer.max_tokens, s.candidate_max_tokens),
+                seed=seed,
+            )
+            return [answer, samples]
         except ValueError as exc:
             raise InvalidInputError(str(exc)) from exc
 
@@ -195,13 +219,6 @@ class Pipeline:
             )
         except ValueError as exc:
             raise InvalidInputError(str(exc)) from exc
-
-    def _choose(self, completions: list[CompletionOutput]) -> CompletionOutput:
-        """The answer: the only completion, or a member of the largest group of agreeing ones."""
-        if len(completions) == 1:
-            return completions[0]
-        vote = cluster_answers([c.text for c in completions], self.embedder)
-        return completions[vote.majority[0]]
 
     def _reviewed(
         self,

@@ -66,6 +66,24 @@ class Settings(BaseSettings):
         1, ge=1, le=16, description="answers sampled per question (>1: self-consistency vote)"
     )
     candidate_temperature: float = Field(0.7, ge=0.0, le=2.0, description="sampling for n > 1")
+    candidate_max_tokens: int = Field(
+        48,
+        ge=1,
+        le=4096,
+        description="length limit of the extra samples (n > 1): their meaning is compared, "
+        "so the first sentences suffice",
+    )
+    guards: list[str] | None = Field(
+        None,
+        description="guards to run, by registered name (JSON list); empty = every registered "
+        "guard (repetition, grounding, self_consistency, answer_evidence, evidence_conflict, "
+        "self_verification, knowledge_graph)",
+    )
+    self_verification: bool = Field(
+        True,
+        description="ask the generator whether its answer is supported (P(yes) on the shared "
+        "prefix, one short prefill)",
+    )
     stop_on_loop: bool = Field(
         True, description="end a generation as soon as it falls into a repetition loop"
     )

@@ -51,6 +51,15 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class Sample:
+    """One generated completion the guards looked at (the answer is the first)."""
+
+    text: str
+    token_logprobs: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Result:
     """A grounded answer, what it rests on, and what it cost."""
 
@@ -76,6 +85,10 @@ class Result:
     """Set when the answer was queued for human review."""
     confidence_signals: dict[str, float] = field(default_factory=dict)
     """The features the confidence was computed from (``guards.confidence.FEATURES``)."""
+    samples: list[Sample] = field(default_factory=list)
+    """The answer and the extra samples as generated, with their token log-probabilities."""
+    verification: float | None = None
+    """The generator's P(yes) that its answer is correct (self-verification), if asked."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,4 +114,6 @@ class Result:
             guard_results=[GuardVerdict(**g) for g in data.get("guard_results", [])],
             review_id=data.get("review_id"),
             confidence_signals=dict(data.get("confidence_signals", {})),
+            samples=[Sample(**c) for c in data.get("samples", [])],
+            verification=data.get("verification"),
         )

@@ -14,8 +14,6 @@ from rag.types import GuardVerdict, Passage
 logger = logging.getLogger(__name__)
 RETRIEVAL_DEPTH = 10
 """Documents ranked per question for recall@k and MRR (k up to this)."""
-MAX_PASSAGE_CHARS = 600
-"""Passage text kept in a record (enough for the report's failure table)."""
 
 
 def read_records(path: Path) -> dict[str, dict[str, Any]]:
@@ -49,7 +47,7 @@ def passage_record(p: Passage) -> dict[str, Any]:
         "doc_id": p.doc_id,
         "chunk_id": p.chunk_id,
         "score": p.score,
-        "text": p.text[:MAX_PASSAGE_CHARS],
+        "text": p.text,  # whole: the guards can be re-run on the record offline
     }
 
 

@@ -18,7 +18,7 @@ import logging
 import os
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +199,9 @@ class Runner:
             "decision_reasons": reasons,
             "confidence": result.confidence,
             "guards": [verdict_record(v) for v in result.guard_results],
+            "signals": result.confidence_signals,
+            "samples": [asdict(c) for c in result.samples],
+            "verification": result.verification,
             "passages": [passage_record(p) for p in result.passages],
             **shown,
             "timings": result.timings,

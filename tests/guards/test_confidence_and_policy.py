@@ -16,9 +16,18 @@ from guards import (
     features,
 )
 
+SIGNALS = {
+    ("grounding", Outcome.PASS): {"grounding": 0.5},
+    ("grounding", Outcome.FAIL): {"grounding": -0.5},  # a FAIL is no support at all
+    ("knowledge_graph", Outcome.PASS): {"kg_supported": 1.0, "kg_contradicted": 0.0},
+    ("knowledge_graph", Outcome.FAIL): {"kg_supported": 0.0, "kg_contradicted": 1.0},
+}
+
 
 def result(name: str, outcome: Outcome, score: float | None = None) -> GuardResult:
-    return GuardResult(name, outcome, score, f"{name} {outcome.value}")
+    """A guard's result with the signals that guard emits for that outcome."""
+    signals = SIGNALS.get((name, outcome), {})
+    return GuardResult(name, outcome, score, f"{name} {outcome.value}", {}, signals)
 
 
 def test_features_and_neutral_defaults() -> None:
@@ -31,13 +40,12 @@ def test_features_and_neutral_defaults() -> None:
         token_logprobs=[math.log(0.5), math.log(0.5)],
         retrieval_score=0.7,
     )
-    # Centred on 0.5: a token probability of 0.5 and an abstaining guard contribute nothing.
+    # Centred on 0.5: a token probability of 0.5 contributes nothing; an abstaining guard
+    # emits no signal at all.
     assert feats["token_prob"] == pytest.approx(0.0) and feats["grounding"] == 0.5
     assert feats["kg_contradicted"] == 1.0 and feats["kg_supported"] == 0.0
-    assert feats["agreement"] == 0.0 and feats["retrieval"] == pytest.approx(0.2)
-    assert set(features([]).values()) == {0.0}
-    # A grounding FAIL is no support, whatever share it reports.
-    assert features([result("grounding", Outcome.FAIL, 0.9)])["grounding"] == -0.5
+    assert "agreement" not in feats and feats["retrieval"] == pytest.approx(0.2)
+    assert features([]) == {}
 
 
 def test_missing_evidence_gives_no_confidence_and_unsupported_answers_are_not_answered() -> None:
@@ -50,6 +58,7 @@ def test_missing_evidence_gives_no_confidence_and_unsupported_answers_are_not_an
     )
     decision = Policy().decide([result("grounding", Outcome.FAIL, 1.0)], prior.score(unsupported))
     assert decision.action is not Action.ANSWER
+    assert prior.score(unsupported) < prior.score(features([]))
 
 
 def test_prior_orders_answers_sensibly() -> None:
@@ -104,7 +113,12 @@ def test_policy_thresholds_and_hard_failures() -> None:
     assert policy.decide([], 0.1).action is Action.ABSTAIN
     contradicted = policy.decide([result("knowledge_graph", Outcome.FAIL, 0.0)], 0.99)
     assert contradicted.action is Action.REVIEW and "knowledge_graph" in contradicted.reasons[0]
-    assert policy.decide([result("grounding", Outcome.FAIL, 0.2)], 0.9).action is Action.REVIEW
+    conflict = policy.decide([result("evidence_conflict", Outcome.FAIL, 0.0)], 0.9)
+    assert conflict.action is Action.REVIEW and "evidence_conflict" in conflict.reasons[0]
+    # Almost surely wrong: withheld even though a guard failed too (not a reviewer's time).
+    hopeless = policy.decide([result("knowledge_graph", Outcome.FAIL, 0.0)], 0.05)
+    assert hopeless.action is Action.ABSTAIN and "knowledge_graph" in hopeless.reasons[1]
+    # A failed soft check only lowers the confidence; the policy lists it among the reasons.
     soft = policy.decide([result("self_consistency", Outcome.FAIL, 0.2)], 0.9)
     assert soft.action is Action.ANSWER and soft.reasons[1].startswith("self_consistency")
     with pytest.raises(ValueError, match="abstain_below"):

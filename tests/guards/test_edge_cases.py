@@ -43,9 +43,11 @@ def chain() -> GuardChain:
     )
 
 
-def run(answer: str, samples: tuple[str, ...] = ()) -> dict[str, Outcome]:
+def run(
+    answer: str, samples: tuple[str, ...] = (), question: str = "When was Kismet released?"
+) -> dict[str, Outcome]:
     candidates = tuple(Candidate(s, finish_reason="stop") for s in (answer, *samples))
-    ctx = GuardContext("When was Kismet released?", answer, PASSAGES, candidates)
+    ctx = GuardContext(question, answer, PASSAGES, candidates)
     return {r.name: r.outcome for r in chain().run(ctx).results}
 
 
@@ -58,8 +60,19 @@ def test_an_empty_answer_fails_repetition_and_nothing_passes_it() -> None:
 
 
 def test_unicode_answers_are_checked_like_any_other() -> None:
-    assert run("Amélie was directed by Jean-Pierre Jeunet.")["knowledge_graph"] is Outcome.PASS
-    assert run("Amelie was directed by Jean Pierre Jeunet.")["knowledge_graph"] is Outcome.PASS
+    asked = "Who directed Amélie?"
+    assert (
+        run("Amélie was directed by Jean-Pierre Jeunet.", question=asked)["knowledge_graph"]
+        is Outcome.PASS
+    )
+    assert (
+        run("Amelie was directed by Jean Pierre Jeunet.", question=asked.replace("é", "e"))[
+            "knowledge_graph"
+        ]
+        is Outcome.PASS
+    )
+    # A true fact about another film than the one asked about is no support.
+    assert run("Amélie was directed by Jean-Pierre Jeunet.")["knowledge_graph"] is Outcome.ABSTAIN
     cjk = run("《天使爱美丽》是一部电影。")
     assert cjk["repetition"] is Outcome.PASS and cjk["grounding"] is Outcome.FAIL
 
@@ -73,10 +86,11 @@ def test_very_long_answers_are_judged_whole() -> None:
 
 
 def test_aliases_reach_the_same_node() -> None:
+    asked = "When was Amélie released?"
     answer = "Le Fabuleux Destin d'Amélie Poulain was released in 2001."
-    assert run(answer)["knowledge_graph"] is Outcome.PASS
+    assert run(answer, question=asked)["knowledge_graph"] is Outcome.PASS
     wrong = "Le fabuleux destin d'Amelie Poulain was released in 1955."
-    assert run(wrong)["knowledge_graph"] is Outcome.FAIL
+    assert run(wrong, question=asked)["knowledge_graph"] is Outcome.FAIL
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,170 @@
+"""Judgement: how well each signal and the combined confidence tell right answers from wrong ones.
+
+Reads labelled generations (``ragguard eval`` output folders, one per data set, made with the
+default pipeline: see docs/benchmarks.md for the command), re-runs today's guards on the recorded
+answers offline, and prints per data set: each signal's AUROC alone, the mean-token-logprob
+baseline, the hand-set prior, and the fitted confidence validated leave-one-data-set-out (fitted
+on every other set, scored on this one). ``--write-model`` then fits on all sets and writes the
+shipped default (``rag/data/confidence.json``).
+
+    python benchmarks/judgement.py --runs eval-runs/labelled --write-model
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from guards import ConfidenceModel, GuardChain, KnowledgeGraph  # noqa: E402
+from guards.registry import GuardDeps, build_guards  # noqa: E402
+from rag.eval.training import (  # noqa: E402
+    LabelledAnswer,
+    figures,
+    leave_one_set_out,
+    load_run,
+    rescore,
+    selective_accuracy,
+    signal_auroc,
+)
+from rag.guarding import AnswerChecker  # noqa: E402
+from rag.settings import Settings  # noqa: E402
+
+DEFAULT_DATA_DIR = ROOT.parent / "shared" / "data"
+MODEL_PATH = ROOT / "rag" / "data" / "confidence.json"
+HELD_OUT_SETS = ("musique", "hotpotqa", "pubmedqa", "metaqa", "rgb")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=Path, required=True, help="folder of <set>/ eval outputs")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    parser.add_argument("--l2", type=float, default=1.0, help="ridge penalty of the fit")
+    parser.add_argument("--write-model", action="store_true", help=f"write {MODEL_PATH.name}")
+    parser.add_argument("--model-path", type=Path, default=MODEL_PATH)
+    return parser.parse_args(argv)
+
+
+def chains(data_dir: Path) -> Any:
+    """A guard chain per data set: MetaQA's answers against its movie graph, others the demo's."""
+    from rag.embed import Embedder
+    from rag.eval.prepare import prepare_metaqa
+
+    settings = Settings()
+    embedder = Embedder(settings.embedding_model)
+    graphs: dict[str, KnowledgeGraph | None] = {"default": AnswerChecker._load_graph(settings)}
+    built: dict[str, GuardChain] = {}
+
+    def chain_for(dataset: str) -> GuardChain:
+        key = "metaqa" if dataset == "metaqa" else "default"
+        if key not in built:
+            if key == "metaqa":
+                load = prepare_metaqa(data_dir).load_graph
+                assert load is not None
+                graphs[key] = load()
+            deps = GuardDeps(embedder=embedder, graph=graphs[key])
+            built[key] = GuardChain(build_guards(None, deps), audit=None)
+        return built[key]
+
+    return chain_for
+
+
+def fmt(v: float | None) -> str:
+    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    answers: list[LabelledAnswer] = []
+    for run_dir in sorted(p for p in args.runs.iterdir() if (p / "dataset.jsonl").is_file()):
+        answers += load_run(run_dir)
+    if not answers:
+        raise SystemExit(f"no labelled answers under {args.runs}")
+    rescore(answers, chains(args.data_dir))
+    sets = list(dict.fromkeys(a.dataset for a in answers))
+    by_set = {s: [a for a in answers if a.dataset == s] for s in sets}
+    names = sorted({k for a in answers for k in a.signals})
+    loso = leave_one_set_out(answers, l2=args.l2)
+    prior = ConfidenceModel.prior()
+    report: dict[str, Any] = {"sets": {}, "signals": {}}
+
+    print(f"{len(answers)} labelled answers; l2 {args.l2}\n")
+    print(
+        "| set | answers | accuracy | confidence AUROC (left out) | ECE | acc. top 50 % "
+        "| prior AUROC | mean logprob AUROC | best signal |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for s in sets:
+        group = by_set[s]
+        labels = [a.correct for a in group]
+        fig = figures(s, loso[s], labels)
+        base = [a.mean_logprob if a.mean_logprob is not None else -99.0 for a in group]
+        prior_fig = figures(s, [prior.score(a.signals) for a in group], labels)
+        base_fig = figures(s, base, labels)
+        per_signal = {n: signal_auroc(group, n) for n in names}
+        best = max(
+            per_signal,
+            key=lambda n: abs(per_signal[n] - 0.5) if not math.isnan(per_signal[n]) else -1,
+        )
+        print(
+            f"| {s} | {fig.num_answers} | {fmt(fig.accuracy)} | **{fmt(fig.auroc)}** | "
+            f"{fmt(fig.ece)} | {fmt(fig.accuracy_at_half)} | {fmt(prior_fig.auroc)} | "
+            f"{fmt(base_fig.auroc)} | {best} {fmt(per_signal[best])} |"
+        )
+        report["sets"][s] = {
+            "num_answers": fig.num_answers,
+            "accuracy": fig.accuracy,
+            "auroc_left_out": fig.auroc,
+            "ece_left_out": fig.ece,
+            "accuracy_top_half": fig.accuracy_at_half,
+            "auroc_prior": prior_fig.auroc,
+            "auroc_mean_logprob": base_fig.auroc,
+            "signal_auroc": per_signal,
+        }
+
+    print("\nPer-signal AUROC (alone; 0.5 = chance, below 0.5 = points the wrong way)\n")
+    print("| signal | " + " | ".join(sets) + " | share measured |")
+    print("| --- | " + " | ".join("---" for _ in sets) + " | --- |")
+    for n in names:
+        measured = np.mean([n in a.signals for a in answers])
+        cells = [fmt(report["sets"][s]["signal_auroc"][n]) for s in sets]
+        print(f"| {n} | " + " | ".join(cells) + f" | {measured:.2f} |")
+        report["signals"][n] = {"share_measured": float(measured)}
+
+    model = ConfidenceModel.fit(
+        [a.signals for a in answers], [a.correct for a in answers], names=names, l2=args.l2
+    )
+    print("\nWeights fitted on all sets:")
+    for n, w in sorted(model.weights.items(), key=lambda kv: -abs(kv[1])):
+        print(f"  {n:22s} {w:+.3f}")
+    print(f"  {'bias':22s} {model.bias:+.3f}")
+    pooled = [model.score(a.signals) for a in answers]
+    all_labels = [a.correct for a in answers]
+    print(
+        f"\nin-sample (all sets): accuracy at 50 % coverage "
+        f"{selective_accuracy(pooled, all_labels, 0.5):.3f} vs {np.mean(all_labels):.3f}"
+    )
+    if args.write_model:
+        model.notes.update(
+            {
+                "trained_on": ",".join(f"{s}:{len(by_set[s])}" for s in sets),
+                "validation": "leave one data set out: see docs/benchmarks.md",
+                "retrain": "python benchmarks/judgement.py --runs DIR --write-model",
+            }
+        )
+        args.model_path.parent.mkdir(parents=True, exist_ok=True)
+        model.save(args.model_path)
+        print(f"wrote {args.model_path}")
+    print(json.dumps(report, default=float))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""Does the answer answer the question, from the passages?
+
+The grounding guard asks whether the answer's sentences are supported; this one asks whether the
+answer gives what the question asks for (a yes/no, a number, a name), whether it adds anything to
+the question (an answer that only restates the question answers nothing), and whether its core
+span occurs in the passages, and in the best-ranked one.
+"""
+
+from __future__ import annotations
+
+from guards.answers import (
+    QuestionKind,
+    answer_core,
+    is_declined,
+    kind_matches,
+    new_words,
+    normalize_span,
+    question_kind,
+)
+from guards.base import Guard, GuardContext, GuardResult, Outcome
+from guards.text import content_words, overlap
+
+
+def span_support(answer: str, question: str, passage: str) -> float:
+    """1 when the answer's core occurs in the passage word for word; else the share of the words
+    the answer adds to the question that the passage holds."""
+    core = normalize_span(answer_core(answer))
+    if core and f" {core} " in f" {normalize_span(passage)} ":
+        return 1.0
+    words = new_words(answer, question) or content_words(answer_core(answer))
+    return overlap(words, content_words(passage))
+
+
+class AnswerEvidenceGuard(Guard):
+    """PASS when the answer has the asked-for kind, adds to the question and is found in a
+    passage; score = how much of its core the best passage holds."""
+
+    name = "answer_evidence"
+    signals = ("span_in_passages", "span_in_top_passage", "kind_match", "answers_question")
+
+    def __init__(self, *, min_support: float = 0.5):
+        self.min_support = min_support
+
+    def check(self, ctx: GuardContext) -> GuardResult:
+        if not ctx.passages:
+            return self.abstain("no passages to find the answer in")
+        if not answer_core(ctx.answer) or is_declined(ctx.answer):
+            return self.abstain("the answer states nothing to look for")
+        kind = question_kind(ctx.question)
+        signals: dict[str, float] = {}
+        problems: list[str] = []
+        matches = kind_matches(kind, ctx.answer, ctx.question)
+        if matches is not None:
+            signals["kind_match"] = 0.5 if matches else -0.5
+            if not matches:
+                problems.append(f"the question asks for {kind.value.replace('_', '/')}")
+        evidence: dict[str, object] = {"question_kind": kind.value, "core": answer_core(ctx.answer)}
+        if kind is QuestionKind.YES_NO:  # "yes" is in no passage: only the kind can be checked
+            score = 1.0 if matches else 0.0
+        else:
+            fresh = bool(new_words(ctx.answer, ctx.question))
+            signals["answers_question"] = 0.5 if fresh else -0.5
+            if not fresh:
+                problems.append("the answer only restates the question")
+            support = [span_support(ctx.answer, ctx.question, p.text) for p in ctx.passages]
+            score = max(support)
+            signals["span_in_passages"] = score - 0.5
+            signals["span_in_top_passage"] = support[0] - 0.5
+            evidence["support_by_passage"] = support
+            if score < self.min_support:
+                problems.append("no passage holds the answer")
+        if problems:
+            return GuardResult(
+                self.name, Outcome.FAIL, score, "; ".join(problems), evidence, signals
+            )
+        reason = "the answer has the asked-for kind and a passage holds it"
+        return GuardResult(self.name, Outcome.PASS, score, reason, evidence, signals)

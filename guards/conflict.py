@@ -1,0 +1,89 @@
+"""Conflicting evidence: do the passages give different answers to the question?
+
+Two ways to see it. A passage that states the same thing as the one holding the answer (most of
+its words shared) but does not hold the answer gives another value for the same fact: the
+counterfactual or outdated copy of a source. And samples that settle on different answers, each
+found in some passage, show the passages support more than one answer.
+"""
+
+from __future__ import annotations
+
+from guards.alignment import span_support
+from guards.answers import QuestionKind, answer_core, is_declined, normalize_span, question_kind
+from guards.base import Guard, GuardContext, GuardResult, Outcome
+from guards.text import content_words
+
+
+def _similarity(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if a and b else 0.0
+
+
+class EvidenceConflictGuard(Guard):
+    """FAIL when the passages disagree on the answer; ABSTAIN when no passage holds it."""
+
+    name = "evidence_conflict"
+    signals = ("conflict",)
+
+    def __init__(self, *, min_support: float = 0.99, min_same_statement: float = 0.6):
+        self.min_support = min_support
+        self.min_same_statement = min_same_statement
+
+    def check(self, ctx: GuardContext) -> GuardResult:
+        if not ctx.passages or not answer_core(ctx.answer) or is_declined(ctx.answer):
+            return self.abstain("no answer or no passages to compare")
+        if question_kind(ctx.question) is QuestionKind.YES_NO:
+            return self.abstain("a yes/no answer is not a span a passage holds")
+        holding = [
+            i
+            for i, p in enumerate(ctx.passages)
+            if span_support(ctx.answer, ctx.question, p.text) >= self.min_support
+        ]
+        if not holding:
+            return self.abstain("no passage holds the answer word for word")
+        words = [content_words(p.text) for p in ctx.passages]
+        restating = sorted(
+            {
+                j
+                for i in holding
+                for j in range(len(ctx.passages))
+                if j not in holding and _similarity(words[i], words[j]) >= self.min_same_statement
+            }
+        )
+        rivals = self._rival_answers(ctx, holding)
+        evidence = {
+            "passages_with_answer": [n + 1 for n in holding],
+            "same_statement_other_value": [n + 1 for n in restating],
+            "rival_answers": rivals,
+        }
+        if restating or rivals:
+            parts = []
+            if restating:
+                parts.append(
+                    f"passage(s) {[n + 1 for n in restating]} state the same as "
+                    f"{[n + 1 for n in holding]} with another value"
+                )
+            if rivals:
+                parts.append(f"samples answer {rivals!r}, also found in the passages")
+            return GuardResult(
+                self.name, Outcome.FAIL, 0.0, "; ".join(parts), evidence, {"conflict": 1.0}
+            )
+        reason = "no passage gives another answer"
+        return GuardResult(self.name, Outcome.PASS, 1.0, reason, evidence, {"conflict": 0.0})
+
+    def _rival_answers(self, ctx: GuardContext, holding: list[int]) -> list[str]:
+        """Other samples' answers that passages other than the answer's hold word for word."""
+        own = normalize_span(answer_core(ctx.answer))
+        rivals: dict[str, str] = {}
+        for candidate in ctx.candidates:
+            core = answer_core(candidate.text)
+            key = normalize_span(core)
+            if not key or key == own or key in own or own in key or is_declined(candidate.text):
+                continue
+            backed = [
+                i
+                for i, p in enumerate(ctx.passages)
+                if span_support(candidate.text, ctx.question, p.text) >= self.min_support
+            ]
+            if backed and not set(backed) <= set(holding):
+                rivals.setdefault(key, core)
+        return list(rivals.values())

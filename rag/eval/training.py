@@ -1,0 +1,161 @@
+"""Labelled generations: the records of ``ragguard eval`` runs as training data for the judgement.
+
+A record holds everything the guards saw (question, whole passages, the answer and the extra
+samples with their token log-probabilities, the generator's self-verification probability), and
+the run's ``dataset.jsonl`` holds the gold answers. So the guards can be re-run on the records
+offline (``rescore``) as they change, without generating again, and a confidence model fitted on
+them, validated leave-one-data-set-out (``leave_one_set_out``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from guards import (
+    Candidate,
+    ConfidenceModel,
+    Evidence,
+    GuardChain,
+    GuardContext,
+    GuardResult,
+    expected_calibration_error,
+    features,
+)
+from rag.eval.dataset import EvalItem, read_items
+from rag.eval.metrics import auroc
+from rag.eval.records import read_records
+from rag.eval.summary import is_correct
+
+
+@dataclass(slots=True)
+class LabelledAnswer:
+    """One generated answer, what the guards saw, and whether it was right."""
+
+    dataset: str
+    item: EvalItem
+    record: dict[str, Any]
+    correct: int
+    signals: dict[str, float] = field(default_factory=dict)
+    results: list[GuardResult] = field(default_factory=list)
+
+    @property
+    def answer(self) -> str:
+        return str(self.record["answer"])
+
+    @property
+    def mean_logprob(self) -> float | None:
+        samples = self.record.get("samples") or []
+        lps = samples[0]["token_logprobs"] if samples else []
+        return sum(lps) / len(lps) if lps else None
+
+
+def load_run(run_dir: Path, config: str | None = None) -> list[LabelledAnswer]:
+    """The checked, generated answers of one ``ragguard eval`` output folder (one dataset);
+    ``config`` names the configuration's sub-folder (default: the only one)."""
+    items = {item.id: item for item in read_items(run_dir / "dataset.jsonl")}
+    configs = [p for p in run_dir.iterdir() if (p / "items.jsonl").is_file()]
+    if config is not None:
+        configs = [p for p in configs if p.name == config]
+    if len(configs) != 1:
+        raise ValueError(f"{run_dir}: expected one configuration folder, found {len(configs)}")
+    name = run_dir.name
+    out = []
+    for record in read_records(configs[0] / "items.jsonl").values():
+        item = items.get(record["id"])
+        if item is None or record.get("error") or not record.get("samples"):
+            continue  # declined, failed or unchecked: nothing for the guards to judge
+        label = is_correct(item, record["answer"])
+        if label is None:
+            continue
+        out.append(LabelledAnswer(str(name), item, record, int(label)))
+    return out
+
+
+def context_of(answer: LabelledAnswer) -> GuardContext:
+    """The guards' view of a recorded answer, as it was when it was generated."""
+    r = answer.record
+    return GuardContext(
+        question=r["question"],
+        answer=r["answer"].strip(),
+        passages=tuple(Evidence(p["chunk_id"], p["text"], p["score"]) for p in r["passages"]),
+        candidates=tuple(
+            Candidate(s["text"], tuple(s["token_logprobs"]), s.get("finish_reason"))
+            for s in r["samples"]
+        ),
+        verification=r.get("verification"),
+    )
+
+
+def rescore(answers: Sequence[LabelledAnswer], chain_for: Callable[[str], GuardChain]) -> None:
+    """Run today's guards on the recorded answers (``chain_for(dataset)`` gives the chain, e.g.
+    with the data set's own knowledge graph) and store their results and signals."""
+    for a in answers:
+        results = list(chain_for(a.dataset).run(context_of(a)).results)
+        passages = a.record["passages"]
+        a.results = results
+        a.signals = features(
+            results,
+            token_logprobs=a.record["samples"][0]["token_logprobs"],
+            retrieval_score=max((p["score"] for p in passages), default=None),
+        )
+
+
+@dataclass(slots=True)
+class SetFigures:
+    """How well one score separates right from wrong answers on one data set."""
+
+    dataset: str
+    num_answers: int
+    accuracy: float
+    auroc: float
+    ece: float
+    accuracy_at_half: float
+    """Accuracy of the 50 % most confident answers (selective accuracy at 50 % coverage)."""
+
+
+def selective_accuracy(scores: Sequence[float], labels: Sequence[int], coverage: float) -> float:
+    """Accuracy of the ``coverage`` share of answers with the highest scores."""
+    order = np.argsort(-np.asarray(scores, dtype=float), kind="stable")
+    keep = max(1, round(coverage * len(order)))
+    return float(np.asarray(labels, dtype=float)[order[:keep]].mean())
+
+
+def figures(dataset: str, scores: Sequence[float], labels: Sequence[int]) -> SetFigures:
+    return SetFigures(
+        dataset,
+        len(labels),
+        float(np.mean(labels)) if labels else math.nan,
+        auroc(scores, labels),
+        expected_calibration_error(scores, labels),
+        selective_accuracy(scores, labels, 0.5) if labels else math.nan,
+    )
+
+
+def leave_one_set_out(
+    answers: Sequence[LabelledAnswer],
+    *,
+    names: Sequence[str] | None = None,
+    l2: float = 1.0,
+) -> dict[str, list[float]]:
+    """Each answer's confidence from a model fitted on every *other* data set: the scores a
+    fitted default would give on a set it never saw. By data set, in the order of ``answers``."""
+    sets = list(dict.fromkeys(a.dataset for a in answers))
+    scores: dict[str, list[float]] = {}
+    for held_out in sets:
+        train = [a for a in answers if a.dataset != held_out]
+        model = ConfidenceModel.fit(
+            [a.signals for a in train], [a.correct for a in train], names=names, l2=l2
+        )
+        scores[held_out] = [model.score(a.signals) for a in answers if a.dataset == held_out]
+    return scores
+
+
+def signal_auroc(answers: Sequence[LabelledAnswer], name: str) -> float:
+    """AUROC of one signal alone (absent counts as 0, its neutral value)."""
+    return auroc([a.signals.get(name, 0.0) for a in answers], [a.correct for a in answers])

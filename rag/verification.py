@@ -1,0 +1,70 @@
+"""Self-verification (P(True)): the generator judges its own answer on the shared prompt prefix.
+
+After the answer, the conversation goes on with one more user turn asking whether the answer is
+correct and supported by the passages; the probability the model gives "yes" against "no" as its
+next token is the signal. The verification prompt starts with the answer's own prompt, so with
+prefix caching only the answer and the question's few tokens are new: one short prefill.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from engine import Generator, SamplingParams
+from rag.prompt import build_messages
+from rag.types import Passage
+
+VERIFY_QUESTION = "Is your answer correct and supported by the passages? Reply yes or no."
+NUM_TOP_TOKENS = 20
+"""Alternatives read at the first position: "yes" and "no" are always among them in practice."""
+
+
+def _word_token_ids(tokenizer: Any, words: Sequence[str]) -> frozenset[int]:
+    """Ids of single tokens that spell one of ``words`` (any case, with or without a space)."""
+    ids: set[int] = set()
+    for word in words:
+        for form in (word, word.capitalize(), word.upper()):
+            for text in (form, " " + form):
+                encoded = tokenizer.encode(text, add_special_tokens=False)
+                if len(encoded) == 1:
+                    ids.add(int(encoded[0]))
+    return frozenset(ids)
+
+
+class SelfVerifier:
+    """P(yes) that an answer is correct, asked of the generator that wrote it."""
+
+    def __init__(self, generator: Generator):
+        self.generator = generator
+        tokenizer = getattr(generator, "tokenizer", None)
+        if tokenizer is None:
+            raise ValueError(f"{type(generator).__name__} exposes no tokenizer to read yes/no")
+        self.yes_ids = _word_token_ids(tokenizer, ["yes"])
+        self.no_ids = _word_token_ids(tokenizer, ["no"])
+        if not self.yes_ids or not self.no_ids:
+            raise ValueError("the tokenizer has no single token for 'yes' or 'no'")
+        self.params = SamplingParams(max_tokens=1, temperature=0.0, logprobs=NUM_TOP_TOKENS)
+
+    def prompt(self, question: str, passages: list[Passage], answer: str) -> str:
+        """The answer's own conversation, then the verification question."""
+        messages = [
+            *build_messages(question, passages),
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": VERIFY_QUESTION},
+        ]
+        return self.generator.apply_chat_template(messages)
+
+    def score(self, question: str, passages: list[Passage], answer: str) -> float | None:
+        """P(yes) / (P(yes) + P(no)) at the first answer token; None when neither is in sight."""
+        output = self.generator.generate([self.prompt(question, passages, answer)], self.params)
+        completion = output[0].outputs[0]
+        top = (completion.top_logprobs or [{}])[0] or {}
+        if completion.token_ids and completion.logprobs:  # the chosen token is always known
+            top = {**top, completion.token_ids[0]: completion.logprobs[0]}
+        p_yes = sum(math.exp(lp) for tid, lp in top.items() if tid in self.yes_ids)
+        p_no = sum(math.exp(lp) for tid, lp in top.items() if tid in self.no_ids)
+        if p_yes + p_no <= 0.0:
+            return None
+        return p_yes / (p_yes + p_no)
