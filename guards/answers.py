@@ -79,10 +79,18 @@ def question_kind(question: str) -> QuestionKind:
     return QuestionKind.OTHER
 
 
+_OPTIONS = re.compile(r"^\W*(yes|no|maybe)\W+(or\s+)?(yes|no|maybe)\b", re.IGNORECASE)
+
+
 def verdict(answer: str) -> str | None:
-    """The yes / no / maybe an answer opens with (after any lead-in), if any."""
-    match = _VERDICT.match(answer_core(answer)) or _VERDICT.match(answer)
-    return match.group(1).casefold() if match else None
+    """The yes / no / maybe an answer opens with (after any lead-in), if any. An answer that
+    opens by listing the options ("Yes, no or maybe.") gives none."""
+    for text in (answer_core(answer), answer.strip()):
+        if _OPTIONS.match(text):
+            return None
+        if match := _VERDICT.match(text):
+            return match.group(1).casefold()
+    return None
 
 
 def is_declined(answer: str) -> bool:

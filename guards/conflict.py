@@ -40,7 +40,10 @@ class EvidenceConflictGuard(Guard):
         ]
         if not holding:
             return self.abstain("no passage holds the answer word for word")
-        words = [content_words(p.text) for p in ctx.passages]
+        # Compared without the answer's own words: two copies of one statement that differ
+        # only in the value are the same statement.
+        answer_words = content_words(answer_core(ctx.answer))
+        words = [content_words(p.text) - answer_words for p in ctx.passages]
         restating = sorted(
             {
                 j

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from guards.answers import verdict
 from rag.documents import Document
 
 MULTIHOP = Path("hipporag_multihop_subsets")
@@ -259,8 +260,6 @@ def load_rgb(data_dir: Path, limit: int | None = None) -> list[RGBItem]:
 
 
 def verdict_of(answer: str) -> str | None:
-    """The yes / no / maybe an answer opens with (its first such word), if any."""
-    for word in answer.casefold().replace(",", " ").replace(".", " ").split():
-        if word in ("yes", "no", "maybe"):
-            return word
-    return None
+    """The yes / no / maybe an answer opens with, if any ("The answer is: no." gives "no"; an
+    answer that lists the options, "Yes, no or maybe.", gives none)."""
+    return verdict(answer)

@@ -1,0 +1,143 @@
+"""The judgement signals on crafted cases, and the guard registry."""
+
+from __future__ import annotations
+
+import pytest
+
+from guards import Candidate, Evidence, Guard, GuardChain, GuardContext, GuardResult, Outcome
+from guards.alignment import AnswerEvidenceGuard
+from guards.answers import QuestionKind, answer_core, question_kind, verdict
+from guards.confidence import features
+from guards.conflict import EvidenceConflictGuard
+from guards.consistency import SelfConsistencyGuard
+from guards.registry import (
+    GuardDeps,
+    UnknownGuardError,
+    build_guards,
+    register_guard,
+    registered_guards,
+    unregister_guard,
+)
+from guards.verification import SelfVerificationGuard
+
+HANDBOOK = Evidence("h#0", "New hires get 25 vacation days per year. Managers approve leave.")
+OTHER = Evidence("o#0", "The cafeteria opens at 8 am and closes at 3 pm on weekdays.")
+
+
+def ctx(
+    question: str,
+    answer: str,
+    passages: tuple[Evidence, ...] = (HANDBOOK, OTHER),
+    samples: tuple[str, ...] = (),
+    verification: float | None = None,
+) -> GuardContext:
+    candidates = tuple(Candidate(t, finish_reason="stop") for t in (answer, *samples))
+    return GuardContext(question, answer, passages, candidates, verification)
+
+
+def test_answer_core_and_kinds() -> None:
+    assert answer_core("1. The answer is: 25 days [1]. Managers approve.") == "25 days"
+    assert answer_core("Based on the passages, Paris.") == "Paris"
+    assert question_kind("Is aspirin effective? Answer yes, no or maybe.") is QuestionKind.YES_NO
+    assert question_kind("How many vacation days do new hires get?") is QuestionKind.NUMBER
+    assert question_kind("Who directed Kismet?") is QuestionKind.PERSON
+    assert question_kind("What genre is Kismet?") is QuestionKind.OTHER
+    assert verdict("No, the answer is not yes.") == "no"
+    assert verdict("1. Yes, no or maybe.") is None  # lists the options: no verdict
+
+
+def test_a_verbatim_supported_answer_scores_high_and_a_contradicting_one_low() -> None:
+    guard = AnswerEvidenceGuard()
+    question = "How many vacation days do new hires get?"
+    right = guard.check(ctx(question, "New hires get 25 vacation days per year. [1]"))
+    assert right.outcome is Outcome.PASS and right.signals["span_in_top_passage"] == 0.5
+    wrong = guard.check(ctx(question, "They get 40 days off."))
+    assert wrong.outcome is Outcome.FAIL
+    assert wrong.signals["span_in_passages"] < right.signals["span_in_passages"]
+    # A restatement of the question answers nothing.
+    restated = guard.check(ctx(question, "New hires get vacation days."))
+    assert restated.signals["answers_question"] == -0.5 and "restates" in restated.reason
+    # The wrong kind: a "how many" question answered without a number.
+    kind = guard.check(ctx(question, "Managers approve leave."))
+    assert kind.signals["kind_match"] == -0.5
+
+
+def test_i_dont_know_is_neither_supported_nor_contradicted() -> None:
+    question = "How many vacation days do new hires get?"
+    for guard in (AnswerEvidenceGuard(), EvidenceConflictGuard()):
+        result = guard.check(ctx(question, "I don't know."))
+        assert result.outcome is Outcome.ABSTAIN and not result.signals
+
+
+def test_conflicting_passages_are_found() -> None:
+    true = Evidence("t", "In 2020 the company was led by Alice Martin, its chief executive.")
+    fake = Evidence("f", "In 2020 the company was led by Bruno Keller, its chief executive.")
+    noise = Evidence("n", "The weather was mild in the spring.")
+    question = "Who led the company in 2020?"
+    guard = EvidenceConflictGuard()
+    conflict = guard.check(ctx(question, "Alice Martin.", (true, fake, noise)))
+    assert conflict.outcome is Outcome.FAIL and conflict.signals == {"conflict": 1.0}
+    assert conflict.evidence["same_statement_other_value"] == [2]
+    clean = guard.check(ctx(question, "Alice Martin.", (true, noise)))
+    assert clean.outcome is Outcome.PASS
+    # Samples that settle on another answer held by another passage are a conflict too.
+    other = Evidence("o", "Bruno Keller was appointed to lead the company that year.")
+    rival = guard.check(ctx(question, "Alice Martin.", (true, other), samples=("Bruno Keller",)))
+    assert rival.outcome is Outcome.FAIL and rival.evidence["rival_answers"] == ["Bruno Keller"]
+
+
+def test_semantic_entropy_and_agreement_compare_answer_cores() -> None:
+    guard = SelfConsistencyGuard()
+    question = "How many vacation days do new hires get?"
+    same = guard.check(ctx(question, "25 days [1].", samples=("The answer is: 25 days.",) * 3))
+    assert same.signals["agreement"] == 0.5 and same.signals["semantic_entropy"] == 0.5
+    spread = guard.check(ctx(question, "25 days.", samples=("40 days", "3 days", "12 days")))
+    assert spread.signals["agreement"] == -0.5
+    assert spread.signals["semantic_entropy"] < same.signals["semantic_entropy"]
+    # Yes/no answers agree on their verdict, whatever explanation follows.
+    yes_no = guard.check(ctx("Is leave approved?", "Yes.", samples=("Yes, by managers.",) * 2))
+    assert yes_no.signals["agreement"] == 0.5
+
+
+def test_self_verification_turns_p_yes_into_a_signal() -> None:
+    guard = SelfVerificationGuard()
+    assert guard.check(ctx("q?", "a", verification=0.9)).signals == {"p_true": pytest.approx(0.4)}
+    assert guard.check(ctx("q?", "a", verification=0.1)).outcome is Outcome.FAIL
+    assert guard.check(ctx("q?", "a")).outcome is Outcome.ABSTAIN
+
+
+class _LengthGuard(Guard):
+    name = "answer_length"
+    signals = ("short_answer",)
+
+    def check(self, ctx: GuardContext) -> GuardResult:
+        short = len(ctx.answer.split()) <= 5
+        return GuardResult(
+            self.name, Outcome.PASS, 1.0, "counted", {}, {"short_answer": float(short) - 0.5}
+        )
+
+
+def test_a_registered_guard_is_built_and_its_signals_reach_the_features() -> None:
+    register_guard("answer_length")(lambda deps: _LengthGuard())
+    try:
+        assert "answer_length" in registered_guards()
+        guards = build_guards(["repetition", "answer_length"], GuardDeps())
+        results = GuardChain(guards, audit=None).run(ctx("q?", "25 days.")).results
+        assert features(results)["short_answer"] == 0.5
+    finally:
+        unregister_guard("answer_length")
+    with pytest.raises(UnknownGuardError, match="answer_length"):
+        build_guards(["answer_length"], GuardDeps())
+
+
+def test_undeclared_signals_are_dropped() -> None:
+    class Sloppy(_LengthGuard):
+        signals = ()
+
+    (result,) = GuardChain([Sloppy()], audit=None).run(ctx("q?", "a")).results
+    assert result.signals == {}
+
+
+def test_the_graph_guard_needs_a_graph() -> None:
+    names = [g.name for g in build_guards(None, GuardDeps())]
+    assert "knowledge_graph" not in names and "answer_evidence" in names
