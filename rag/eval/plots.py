@@ -49,8 +49,8 @@ def reliability_diagram(
             x = [r[3] for r in rows]
             y = [r[4] for r in rows]
             sizes = [20 + 180 * r[2] / max(row[2] for row in rows) for r in rows]
-            ax.plot(x, y, linewidth=1.5, label=name, color=f"C{i}")
-            ax.scatter(x, y, s=sizes, color=f"C{i}", alpha=0.8)
+            # Points only: joining sparse bins with lines suggests a trend between them.
+            ax.scatter(x, y, s=sizes, color=f"C{i}", alpha=0.8, label=name)
     ax.set(xlim=(0, 1), ylim=(0, 1.02), xlabel="confidence", ylabel="accuracy")
     ax.set_title(title)
     ax.legend(loc="upper left", fontsize=8)

@@ -71,6 +71,57 @@ ROWS: list[tuple[str, str, Getter]] = [
     ("Run", "errors", _get("counts", "errors")),
 ]
 
+JUDGEMENT_ROWS: list[tuple[str, str, Getter]] = [
+    (
+        "Judgement",
+        "AUROC of mean token logprob (baseline)",
+        _get("judgement", "auroc_mean_logprob"),
+    ),
+    (
+        "Judgement",
+        "yes/no: majority-class baseline accuracy",
+        _get("judgement", "yes_no", "majority_baseline_accuracy"),
+    ),
+    (
+        "Judgement",
+        "answers repeating a counterfactual",
+        _get("judgement", "counterfactual", "repeats_counterfactual_rate"),
+    ),
+    (
+        "Judgement",
+        "of those, let through (answered)",
+        _get("judgement", "counterfactual", "repeats_answered_rate"),
+    ),
+    ("Judgement", "right answers flagged (count)", _get("judgement", "num_right_flagged")),
+]
+
+
+def rows_for(configs: list[dict[str, Any]]) -> list[tuple[str, str, Getter]]:
+    """The fixed rows, then one per signal (its AUROC alone) and per guard verdict (the accuracy
+    of the answers that got it), for whatever the configurations recorded."""
+    judged = [c["metrics"].get("judgement") or {} for c in configs]
+    signals = sorted({n for j in judged for n in j.get("signals", {})})
+    verdicts = sorted(
+        {(g, o) for j in judged for g, by in j.get("verdict_accuracy", {}).items() for o in by}
+    )
+    return [
+        *ROWS,
+        *JUDGEMENT_ROWS,
+        *[
+            ("Signals", f"AUROC of {n} alone", _get("judgement", "signals", n, "auroc"))
+            for n in signals
+        ],
+        *[
+            (
+                "Accuracy by guard verdict",
+                f"{g} {o}",
+                _get("judgement", "verdict_accuracy", g, o, "accuracy"),
+            )
+            for g, o in verdicts
+        ],
+    ]
+
+
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2rem auto;max-width:1200px;padding:0 1rem;
 color:#222}
@@ -119,9 +170,15 @@ def _img(png: bytes | None, alt: str) -> str:
 def _summary_table(configs: list[dict[str, Any]]) -> str:
     head = "".join(f"<th>{html.escape(c['name'])}</th>" for c in configs)
     rows, group = [], ""
-    for section, label, get in ROWS:
-        values = [get(c["metrics"]) for c in configs]
-        if all(v is None for v in values):
+    table = [
+        (section, label, [get(c["metrics"]) for c in configs])
+        for section, label, get in rows_for(configs)
+    ]
+    # A section with any figure shows all its rows, empty cells as "—"; a section with none
+    # (labelled-answer rows on a generated set) is left out.
+    shown = {section for section, _, values in table if any(v is not None for v in values)}
+    for section, label, values in table:
+        if section not in shown:
             continue
         if section != group:
             rows.append(f'<tr class="group"><td colspan="{len(configs) + 1}">{section}</td></tr>')
@@ -254,9 +311,13 @@ def render_markdown(results: dict[str, Any]) -> str:
         "| metric | " + " | ".join(c["name"] for c in configs) + " |",
         "| --- |" + " --- |" * len(configs),
     ]
-    for section, label, get in ROWS:
-        values = [get(c["metrics"]) for c in configs]
-        if any(v is not None for v in values):
+    table = [
+        (section, label, [get(c["metrics"]) for c in configs])
+        for section, label, get in rows_for(configs)
+    ]
+    shown = {section for section, _, values in table if any(v is not None for v in values)}
+    for section, label, values in table:
+        if section in shown:
             cells = " | ".join(html.unescape(_fmt(v)) for v in values)
             lines.append(f"| {section}: {label} | {cells} |")
     return "\n".join(lines) + "\n"

@@ -18,6 +18,7 @@ import numpy as np
 from guards.confidence import expected_calibration_error
 from rag.eval.dataset import EvalItem
 from rag.eval.datasets import verdict_of
+from rag.eval.judgement import judgement_metrics
 from rag.eval.metrics import (
     answer_matches,
     area_under_risk_coverage,
@@ -225,6 +226,14 @@ def summarise(
         "confidence": confidence_metrics(generated),
         "labelled": confidence_metrics(labelled),
         "guards": guard_counts(ok_records),
+        "judgement": judgement_metrics(
+            generated,
+            {
+                item.id: int(c)
+                for item, r in generated
+                if not r["declined"] and (c := is_correct(item, r["answer"])) is not None
+            },
+        ),
         "latency": latency_metrics([r for _, r in generated], elapsed_s) if generated else None,
         "failures": worst_failures(ok),
         "errors": [{"id": r["id"], "error": r["error"]} for _, r in done if "error" in r][:20],
