@@ -30,6 +30,8 @@ from rag.types import GuardVerdict, Passage
 
 logger = logging.getLogger(__name__)
 DATA = Path(__file__).resolve().parent / "data"
+DEFAULT_CONFIDENCE_MODEL = DATA / "confidence.json"
+"""Fitted on labelled development answers by ``benchmarks/judgement.py --write-model``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,11 +75,7 @@ class AnswerChecker:
         except UnknownGuardError as exc:
             raise InvalidInputError(str(exc)) from exc
         self.chain = GuardChain(guards)
-        self.confidence = (
-            ConfidenceModel.load(settings.confidence_model)
-            if settings.confidence_model
-            else ConfidenceModel.prior()
-        )
+        self.confidence = self._load_confidence(settings)
         self.policy = Policy(
             abstain_below=settings.abstain_below, review_below=settings.review_below
         )
@@ -88,6 +86,22 @@ class AnswerChecker:
         """Close the review store if this checker opened it (a given one stays open)."""
         if self._owns_reviews:
             self.reviews.close()
+
+    @staticmethod
+    def _load_confidence(settings: Settings) -> ConfidenceModel:
+        """The configured confidence model, else the shipped fitted default; the hand-set prior
+        only when neither loads (a configured file that does not load is an error)."""
+        if settings.confidence_model is not None:
+            return ConfidenceModel.load(settings.confidence_model)
+        try:
+            return ConfidenceModel.load(DEFAULT_CONFIDENCE_MODEL)
+        except (OSError, ValueError, TypeError) as exc:
+            logger.warning(
+                "shipped confidence model %s did not load (%s): using the uncalibrated prior",
+                DEFAULT_CONFIDENCE_MODEL,
+                exc,
+            )
+            return ConfidenceModel.prior()
 
     @staticmethod
     def _load_graph(settings: Settings) -> KnowledgeGraph | None:

@@ -92,7 +92,7 @@ class Settings(BaseSettings):
     )
     knowledge_graph_aliases: Path | None = None
     confidence_model: Path | None = Field(
-        None, description="fitted confidence model (JSON); empty = uncalibrated prior weights"
+        None, description="fitted confidence model (JSON); empty = the shipped fitted default"
     )
     abstain_below: float = Field(0.2, ge=0.0, le=1.0, description="abstain under this confidence")
     review_below: float = Field(

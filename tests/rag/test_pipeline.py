@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from guards.registry import registered_guards
 from rag.citations import attribute, cited_numbers, is_declined
 from rag.errors import IndexNotFoundError, InvalidInputError
 from rag.prompt import build_messages
@@ -141,7 +142,11 @@ def test_settings_choose_the_generator_backend() -> None:
 def test_every_answer_is_checked_and_decided(demo_pipeline) -> None:  # type: ignore[no-untyped-def]
     result = demo_pipeline.ask("What does a KV cache avoid recomputing?")
     names = {g.name for g in result.guard_results}
-    assert names == {"repetition", "grounding", "self_consistency", "knowledge_graph"}
+    assert names == set(registered_guards())  # every registered guard, the graph's included
+    # Self-verification asked the generator on the shared prefix: its P(yes) is a signal.
+    assert result.verification is not None and "verify_s" in result.timings
+    assert result.confidence_signals["p_true"] == pytest.approx(result.verification - 0.5)
+    assert result.samples and result.samples[0].text == result.answer
     assert result.decision == "answer" and 0.5 <= result.confidence <= 1.0
     assert next(g for g in result.guard_results if g.name == "grounding").outcome == "pass"
     assert (
