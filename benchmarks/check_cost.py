@@ -1,7 +1,10 @@
 """What checking an answer costs: a bare answer against the same answer checked, side by side.
 
 One question at a time, the configurations alternating per question (so drifts in the machine's
-speed hit all of them alike), the same model and index; medians of the end-to-end time.
+speed hit all of them alike), the same model and index; medians of the end-to-end time. The
+engine's prefix cache is on, as in production: the variant that asks a question first pays its
+prompt's prefill and the others reuse it, so the order rotates and each variant goes first on a
+third of the questions (use a multiple of 3).
 
     bare          guards off, one answer (what a plain RAG pipeline does)
     check n=1     every guard, self-verification, no extra samples

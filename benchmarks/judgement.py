@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from guards import ConfidenceModel, GuardChain, KnowledgeGraph  # noqa: E402
-from guards.registry import GuardDeps, build_guards  # noqa: E402
+from guards.registry import GuardDeps, build_guards, signal_directions  # noqa: E402
 from rag.eval.training import (  # noqa: E402
     LabelledAnswer,
     figures,
@@ -47,7 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=Path, required=True, help="folder of <set>/ eval outputs")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
-    parser.add_argument("--l2", type=float, default=1.0, help="ridge penalty of the fit")
+    parser.add_argument("--l2", type=float, default=10.0, help="ridge penalty of the fit")
     parser.add_argument("--write-model", action="store_true", help=f"write {MODEL_PATH.name}")
     parser.add_argument("--model-path", type=Path, default=MODEL_PATH)
     return parser.parse_args(argv)
@@ -88,11 +88,13 @@ def main(argv: list[str] | None = None) -> None:
         answers += load_run(run_dir)
     if not answers:
         raise SystemExit(f"no labelled answers under {args.runs}")
-    rescore(answers, chains(args.data_dir))
+    chain_for = chains(args.data_dir)
+    rescore(answers, chain_for)
     sets = list(dict.fromkeys(a.dataset for a in answers))
     by_set = {s: [a for a in answers if a.dataset == s] for s in sets}
     names = sorted({k for a in answers for k in a.signals})
-    loso = leave_one_set_out(answers, l2=args.l2)
+    directions = signal_directions([g for s in sets for g in chain_for(s).guards])
+    loso = leave_one_set_out(answers, directions=directions, l2=args.l2)
     prior = ConfidenceModel.prior()
     report: dict[str, Any] = {"sets": {}, "signals": {}}
 
@@ -139,8 +141,24 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| {n} | " + " | ".join(cells) + f" | {measured:.2f} |")
         report["signals"][n] = {"share_measured": float(measured)}
 
+    print("\nRisk-coverage of the left-out confidence, all sets pooled (choose the thresholds):\n")
+    print("| threshold | share at or above | accuracy at or above | accuracy below |")
+    print("| --- | --- | --- | --- |")
+    pooled_loso = [(score, a.correct) for s in sets for score, a in zip(loso[s], by_set[s])]
+    for t in (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6):
+        above = [c for p, c in pooled_loso if p >= t]
+        below = [c for p, c in pooled_loso if p < t]
+        print(
+            f"| {t:.2f} | {len(above) / len(pooled_loso):.2f} | "
+            f"{fmt(float(np.mean(above)) if above else None)} | "
+            f"{fmt(float(np.mean(below)) if below else None)} |"
+        )
     model = ConfidenceModel.fit(
-        [a.signals for a in answers], [a.correct for a in answers], names=names, l2=args.l2
+        [a.signals for a in answers],
+        [a.correct for a in answers],
+        names=names,
+        directions=directions,
+        l2=args.l2,
     )
     print("\nWeights fitted on all sets:")
     for n, w in sorted(model.weights.items(), key=lambda kv: -abs(kv[1])):

@@ -8,6 +8,9 @@ span occurs in the passages, and in the best-ranked one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 from guards.answers import (
     QuestionKind,
     answer_core,
@@ -36,7 +39,12 @@ class AnswerEvidenceGuard(Guard):
     passage; score = how much of its core the best passage holds."""
 
     name = "answer_evidence"
-    signals = ("span_in_passages", "span_in_top_passage", "kind_match", "answers_question")
+    signals: ClassVar[Mapping[str, int]] = {
+        "span_in_passages": 1,
+        "span_in_top_passage": 1,
+        "kind_match": 1,
+        "answers_question": 1,
+    }
 
     def __init__(self, *, min_support: float = 0.5):
         self.min_support = min_support

@@ -82,8 +82,10 @@ class Guard(ABC):
     """A check on an answer. Subclasses set ``name`` and implement ``check``."""
 
     name: str = "guard"
-    signals: ClassVar[tuple[str, ...]] = ()
-    """The names of the signals this guard's results may carry (see ``GuardResult.signals``)."""
+    signals: ClassVar[Mapping[str, int]] = {}
+    """The signals this guard's results may carry (see ``GuardResult.signals``), each with the
+    way it should push the confidence: +1 when a higher value means a likelier right answer, -1
+    when lower does. A fitted confidence model may weigh a signal only in its direction."""
 
     @abstractmethod
     def check(self, ctx: GuardContext) -> GuardResult:

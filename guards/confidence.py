@@ -18,10 +18,10 @@ import numpy as np
 
 from guards.base import GuardResult
 
-GENERATOR_SIGNALS = (
-    "token_prob",  # geometric-mean probability of the answer's tokens (centred)
-    "retrieval",  # similarity of the best passage (centred)
-)
+GENERATOR_SIGNALS: dict[str, int] = {
+    "token_prob": 1,  # geometric-mean probability of the answer's tokens (centred)
+    "retrieval": 1,  # similarity of the best passage (centred)
+}
 """Signals that come from the generator and the retriever rather than from a guard; every other
 signal is declared by the guard that emits it (``Guard.signals``)."""
 FORMAT_VERSION = 1
@@ -83,14 +83,31 @@ class ConfidenceModel:
         labels: Sequence[int],
         *,
         names: Sequence[str] | None = None,
+        directions: Mapping[str, int] | None = None,
         l2: float = 1e-2,
         steps: int = 50,
     ) -> ConfidenceModel:
         """Logistic regression by Newton's method (labels: 1 = correct answer) over the signals
-        ``names`` (default: every signal some row has); a row without a signal counts it 0."""
+        ``names`` (default: every signal some row has); a row without a signal counts it 0.
+
+        With ``directions`` (signal -> +1 or -1, as guards declare them) a signal may only push
+        the way it should: while some weight has the wrong sign, the most wrongly signed signal
+        is dropped and the rest refitted. A signal that points one way on the training data and
+        the other by design is noise there, and would carry over to new data as noise."""
         if len(rows) != len(labels) or len(set(labels)) < 2:
             raise ValueError("fitting needs as many labels as rows, with both classes present")
         names = list(names) if names is not None else sorted({k for r in rows for k in r})
+        if directions is not None:
+            names = [n for n in names if n in directions]
+            while True:
+                model = cls.fit(rows, labels, names=names, l2=l2, steps=steps)
+                wrong = [n for n in names if model.weights[n] * directions[n] < 0]
+                if not wrong:
+                    model.notes["dropped_for_sign"] = ", ".join(
+                        sorted(set(directions) - set(names))
+                    )
+                    return model
+                names.remove(min(wrong, key=lambda n: model.weights[n] * directions[n]))
         x = np.array([[r.get(f, 0.0) for f in names] + [1.0] for r in rows])
         y = np.asarray(labels, dtype=float)
         w = np.zeros(x.shape[1])

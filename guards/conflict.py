@@ -8,6 +8,9 @@ found in some passage, show the passages support more than one answer.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 from guards.alignment import span_support
 from guards.answers import QuestionKind, answer_core, is_declined, normalize_span, question_kind
 from guards.base import Guard, GuardContext, GuardResult, Outcome
@@ -22,7 +25,7 @@ class EvidenceConflictGuard(Guard):
     """FAIL when the passages disagree on the answer; ABSTAIN when no passage holds it."""
 
     name = "evidence_conflict"
-    signals = ("conflict",)
+    signals: ClassVar[Mapping[str, int]] = {"conflict": -1}
 
     def __init__(self, *, min_support: float = 0.99, min_same_statement: float = 0.6):
         self.min_support = min_support

@@ -11,7 +11,9 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -90,7 +92,7 @@ class SelfConsistencyGuard(Guard):
     clusters over all samples, answer included (normalised by its maximum, log n)."""
 
     name = "self_consistency"
-    signals = ("agreement", "semantic_entropy")
+    signals: ClassVar[Mapping[str, int]] = {"agreement": 1, "semantic_entropy": 1}
 
     def __init__(
         self,

@@ -7,6 +7,9 @@ passage. Citations to passages that do not exist are flagged.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 from guards.base import Guard, GuardContext, GuardResult, Outcome
 from guards.embedder import Embedder
 from guards.text import (
@@ -25,13 +28,13 @@ class GroundingGuard(Guard):
     """PASS when every sentence is supported; score = share of supported sentences."""
 
     name = "grounding"
-    signals = (
-        "grounding",
-        "coverage",
-        "quoted",
-        "unsupported_words",
-        "novel_terms",
-    )
+    signals: ClassVar[Mapping[str, int]] = {
+        "grounding": 1,
+        "coverage": 1,
+        "quoted": 1,
+        "unsupported_words": -1,
+        "novel_terms": -1,
+    }
 
     def __init__(
         self,

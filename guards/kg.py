@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from difflib import get_close_matches
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import networkx as nx
 
@@ -354,7 +354,11 @@ class KnowledgeGraphGuard(Guard):
     ABSTAIN when the graph cannot judge it (no claims, or only claims it does not hold)."""
 
     name = "knowledge_graph"
-    signals = ("kg_supported", "kg_contradicted", "kg_off_topic")
+    signals: ClassVar[Mapping[str, int]] = {
+        "kg_supported": 1,
+        "kg_contradicted": -1,
+        "kg_off_topic": -1,
+    }
 
     def __init__(self, graph: KnowledgeGraph):
         self.graph = graph

@@ -35,8 +35,8 @@ class Policy:
     the answer, a looping answer) sends the answer to a person whatever the confidence.
     Thresholds: docs/benchmarks.md (risk-coverage on the development sets)."""
 
-    abstain_below: float = 0.2
-    review_below: float = 0.5
+    abstain_below: float = 0.15
+    review_below: float = 0.2
     review_on_failure: tuple[str, ...] = ("knowledge_graph", "evidence_conflict", "repetition")
     """Guards whose FAIL sends an answer above ``abstain_below`` to a person."""
 

@@ -76,6 +76,13 @@ def build_guards(names: Sequence[str] | None, deps: GuardDeps) -> list[Guard]:
     return [g for g in guards if g is not None]
 
 
+def signal_directions(guards: Sequence[Guard]) -> dict[str, int]:
+    """Every signal these guards (and the generator) emit, with the way it should push."""
+    from guards.confidence import GENERATOR_SIGNALS
+
+    return {**GENERATOR_SIGNALS, **{k: v for g in guards for k, v in g.signals.items()}}
+
+
 register_guard("repetition")(lambda deps: RepetitionGuard())
 register_guard("grounding")(lambda deps: GroundingGuard(deps.embedder))
 register_guard("self_consistency")(lambda deps: SelfConsistencyGuard(deps.embedder))

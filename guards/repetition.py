@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 from guards.base import Candidate, Guard, GuardContext, GuardResult, Outcome
 from guards.text import sentences
@@ -87,7 +87,7 @@ class RepetitionGuard(Guard):
     """FAIL on empty, cut-off, looping or self-repeating answers; score = 1 - repeated share."""
 
     name = "repetition"
-    signals = ("repetition_fail",)
+    signals: ClassVar[Mapping[str, int]] = {"repetition_fail": -1}
 
     def __init__(
         self,

@@ -7,6 +7,9 @@ a verdict and a signal.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 from guards.base import Guard, GuardContext, GuardResult, Outcome
 
 
@@ -14,7 +17,7 @@ class SelfVerificationGuard(Guard):
     """PASS when the generator says yes with at least ``min_p_true``; score = P(yes)."""
 
     name = "self_verification"
-    signals = ("p_true",)
+    signals: ClassVar[Mapping[str, int]] = {"p_true": 1}
 
     def __init__(self, *, min_p_true: float = 0.5):
         self.min_p_true = min_p_true

@@ -80,9 +80,9 @@ class Settings(BaseSettings):
         "self_verification, knowledge_graph)",
     )
     self_verification: bool = Field(
-        True,
+        False,
         description="ask the generator whether its answer is supported (P(yes) on the shared "
-        "prefix, one short prefill)",
+        "prefix, one short prefill); off by default: at chance for the 135M default model",
     )
     stop_on_loop: bool = Field(
         True, description="end a generation as soon as it falls into a repetition loop"
@@ -94,9 +94,11 @@ class Settings(BaseSettings):
     confidence_model: Path | None = Field(
         None, description="fitted confidence model (JSON); empty = the shipped fitted default"
     )
-    abstain_below: float = Field(0.2, ge=0.0, le=1.0, description="abstain under this confidence")
+    abstain_below: float = Field(
+        0.15, ge=0.0, le=1.0, description="withhold under this confidence (docs/benchmarks.md)"
+    )
     review_below: float = Field(
-        0.7, ge=0.0, le=1.0, description="send to review under this (chosen on HaluEval)"
+        0.2, ge=0.0, le=1.0, description="send to review under this (docs/benchmarks.md)"
     )
     data_dir: Path = Field(Path("data"), description="review queue and other durable state")
 

@@ -10,7 +10,7 @@ them, validated leave-one-data-set-out (``leave_one_set_out``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,6 +141,7 @@ def leave_one_set_out(
     answers: Sequence[LabelledAnswer],
     *,
     names: Sequence[str] | None = None,
+    directions: Mapping[str, int] | None = None,
     l2: float = 1.0,
 ) -> dict[str, list[float]]:
     """Each answer's confidence from a model fitted on every *other* data set: the scores a
@@ -150,7 +151,11 @@ def leave_one_set_out(
     for held_out in sets:
         train = [a for a in answers if a.dataset != held_out]
         model = ConfidenceModel.fit(
-            [a.signals for a in train], [a.correct for a in train], names=names, l2=l2
+            [a.signals for a in train],
+            [a.correct for a in train],
+            names=names,
+            directions=directions,
+            l2=l2,
         )
         scores[held_out] = [model.score(a.signals) for a in answers if a.dataset == held_out]
     return scores

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 import pytest
 
 from guards import Candidate, Evidence, Guard, GuardChain, GuardContext, GuardResult, Outcome
@@ -108,7 +111,7 @@ def test_self_verification_turns_p_yes_into_a_signal() -> None:
 
 class _LengthGuard(Guard):
     name = "answer_length"
-    signals = ("short_answer",)
+    signals: ClassVar[Mapping[str, int]] = {"short_answer": 1}
 
     def check(self, ctx: GuardContext) -> GuardResult:
         short = len(ctx.answer.split()) <= 5
@@ -132,7 +135,7 @@ def test_a_registered_guard_is_built_and_its_signals_reach_the_features() -> Non
 
 def test_undeclared_signals_are_dropped() -> None:
     class Sloppy(_LengthGuard):
-        signals = ()
+        signals: ClassVar[Mapping[str, int]] = {}
 
     (result,) = GuardChain([Sloppy()], audit=None).run(ctx("q?", "a")).results
     assert result.signals == {}
