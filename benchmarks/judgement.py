@@ -144,7 +144,9 @@ def main(argv: list[str] | None = None) -> None:
     print("\nRisk-coverage of the left-out confidence, all sets pooled (choose the thresholds):\n")
     print("| threshold | share at or above | accuracy at or above | accuracy below |")
     print("| --- | --- | --- | --- |")
-    pooled_loso = [(score, a.correct) for s in sets for score, a in zip(loso[s], by_set[s])]
+    pooled_loso = [
+        (score, a.correct) for s in sets for score, a in zip(loso[s], by_set[s], strict=True)
+    ]
     for t in (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6):
         above = [c for p, c in pooled_loso if p >= t]
         below = [c for p, c in pooled_loso if p < t]
