@@ -56,7 +56,10 @@ def test_missing_evidence_gives_no_confidence_and_unsupported_answers_are_not_an
         token_logprobs=[math.log(0.85)],
         retrieval_score=0.6,
     )
-    decision = Policy().decide([result("grounding", Outcome.FAIL, 1.0)], prior.score(unsupported))
+    # Grounding is a signal, not a hard failure (it points the wrong way on some sets: see
+    # docs/benchmarks.md); with thresholds set for the uncalibrated prior it is not answered.
+    policy = Policy(abstain_below=0.2, review_below=0.5)
+    decision = policy.decide([result("grounding", Outcome.FAIL, 1.0)], prior.score(unsupported))
     assert decision.action is not Action.ANSWER
     assert prior.score(unsupported) < prior.score(features([]))
 
