@@ -4,11 +4,12 @@ One question at a time, the configurations alternating per question (so drifts i
 speed hit all of them alike), the same model and index; medians of the end-to-end time. The
 engine's prefix cache is on, as in production: the variant that asks a question first pays its
 prompt's prefill and the others reuse it, so the order rotates and each variant goes first on a
-third of the questions (use a multiple of 3).
+quarter of the questions (use a multiple of 4).
 
     bare          guards off, one answer (what a plain RAG pipeline does)
-    check n=1     every guard, self-verification, no extra samples
-    check n=K     every guard, self-verification, the answer plus K-1 extra samples
+    check         every guard, one answer (the default configuration)
+    + verify      the same, and self-verification (P(yes) on the shared prefix)
+    + K samples   the same, and the answer plus K-1 extra samples
 
     python benchmarks/check_cost.py --questions 12 --samples 4
 """
@@ -49,7 +50,7 @@ QUESTIONS = [
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--questions", type=int, default=12)
+    parser.add_argument("--questions", type=int, default=12, help="a multiple of 4")
     parser.add_argument("--samples", type=int, default=4, help="K of the check n=K variant")
     parser.add_argument("--index", default="demo")
     parser.add_argument("--index-dir", type=Path, default=None, help="default: a fresh demo index")
@@ -64,8 +65,11 @@ def main() -> None:
         loaded.collections.get("demo", create=True).ingest(load_path(demo_collection_path()))
     variants = {
         "bare": base.model_copy(update={"guards_enabled": False, "num_candidates": 1}),
-        "check n=1": base.model_copy(update={"num_candidates": 1}),
-        f"check n={args.samples}": base.model_copy(update={"num_candidates": args.samples}),
+        "check": base.model_copy(update={"num_candidates": 1, "self_verification": False}),
+        "+ verify": base.model_copy(update={"num_candidates": 1, "self_verification": True}),
+        f"+ {args.samples} samples": base.model_copy(
+            update={"num_candidates": args.samples, "self_verification": False}
+        ),
     }
     pipelines = {
         name: Pipeline(s, loaded.embedder, loaded.generator) for name, s in variants.items()
@@ -81,7 +85,7 @@ def main() -> None:
             result = pipe.ask(question, seed=k)
             totals[name].append(result.timings["total_s"])
             guards[name].append(result.timings.get("guards_s", 0.0))
-            if name == "check n=1" and "verify_s" in result.timings:
+            if "verify_s" in result.timings:
                 verify.append(result.timings["verify_s"])
     bare = statistics.median(totals["bare"])
     print(f"{len(questions)} questions, index {args.index}, one at a time, medians\n")

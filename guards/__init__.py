@@ -15,7 +15,8 @@ from guards.confidence import ConfidenceModel, expected_calibration_error, featu
 from guards.consistency import SelfConsistencyGuard, cluster_answers
 from guards.embedder import Embedder
 from guards.grounding import GroundingGuard
-from guards.kg import Claim, ClaimCheck, KnowledgeGraph, KnowledgeGraphGuard, Verdict
+from guards.kg import Claim, ClaimCheck, KnowledgeGraph, Verdict
+from guards.kg_guard import KnowledgeGraphGuard
 from guards.policy import Action, Decision, Policy
 from guards.repetition import LoopStop, RepetitionGuard, is_looping
 

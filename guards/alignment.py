@@ -14,11 +14,11 @@ from typing import ClassVar
 from guards.answers import (
     QuestionKind,
     answer_core,
-    is_declined,
     kind_matches,
     new_words,
-    normalize_span,
+    normalize_answer,
     question_kind,
+    states_no_answer,
 )
 from guards.base import Guard, GuardContext, GuardResult, Outcome
 from guards.text import content_words, overlap
@@ -27,8 +27,8 @@ from guards.text import content_words, overlap
 def span_support(answer: str, question: str, passage: str) -> float:
     """1 when the answer's core occurs in the passage word for word; else the share of the words
     the answer adds to the question that the passage holds."""
-    core = normalize_span(answer_core(answer))
-    if core and f" {core} " in f" {normalize_span(passage)} ":
+    core = normalize_answer(answer_core(answer))
+    if core and f" {core} " in f" {normalize_answer(passage)} ":
         return 1.0
     words = new_words(answer, question) or content_words(answer_core(answer))
     return overlap(words, content_words(passage))
@@ -52,7 +52,7 @@ class AnswerEvidenceGuard(Guard):
     def check(self, ctx: GuardContext) -> GuardResult:
         if not ctx.passages:
             return self.abstain("no passages to find the answer in")
-        if not answer_core(ctx.answer) or is_declined(ctx.answer):
+        if not answer_core(ctx.answer) or states_no_answer(ctx.answer):
             return self.abstain("the answer states nothing to look for")
         kind = question_kind(ctx.question)
         signals: dict[str, float] = {}

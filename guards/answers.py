@@ -34,8 +34,12 @@ _PERSON_Q = re.compile(
 _NUMBER = re.compile(r"\d")
 _VERDICT = re.compile(r"^\W*(yes|no|maybe)\b", re.IGNORECASE)
 _DECLINE = re.compile(
-    r"\b(i don'?t know|not (?:mentioned|provided|stated)|no information|"
-    r"cannot be determined|does not (?:say|mention|provide))\b",
+    r"\b(i (?:do not|don't|dont) know|cannot answer|can't answer|not (?:mentioned|provided) in)\b",
+    re.IGNORECASE,
+)
+_NO_ANSWER_HINT = re.compile(
+    r"\b(not (?:mentioned|provided|stated)|no information|cannot be determined|"
+    r"does not (?:say|mention|provide))\b",
     re.IGNORECASE,
 )
 
@@ -47,8 +51,9 @@ class QuestionKind(enum.StrEnum):
     OTHER = "other"
 
 
-def normalize_span(text: str) -> str:
-    """Case-folded, accent- and punctuation-free, without articles, single-spaced."""
+def normalize_answer(text: str) -> str:
+    """Case-folded, accent- and punctuation-free, without articles, single-spaced: the form
+    answers are compared in (with each other, and with passages)."""
     text = unicodedata.normalize("NFKD", text)
     text = "".join(c for c in text if not unicodedata.combining(c)).casefold()
     return " ".join(_ARTICLES.sub(" ", _PUNCT.sub(" ", text)).split())
@@ -94,8 +99,15 @@ def verdict(answer: str) -> str | None:
 
 
 def is_declined(answer: str) -> bool:
-    """Does the answer say the passages do not answer the question?"""
-    return bool(_DECLINE.search(answer))
+    """Does the answer say it does not know (or say nothing)? The pipeline then returns its
+    "I don't know." with no citations."""
+    return not answer.strip() or bool(_DECLINE.search(answer))
+
+
+def states_no_answer(answer: str) -> bool:
+    """Does the answer decline, or say the passages lack what was asked? Such an answer has no
+    span for the guards to look for, though it may go on to say something else."""
+    return is_declined(answer) or bool(_NO_ANSWER_HINT.search(answer))
 
 
 def kind_matches(kind: QuestionKind, answer: str, question: str) -> bool | None:

@@ -12,7 +12,13 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from guards.alignment import span_support
-from guards.answers import QuestionKind, answer_core, is_declined, normalize_span, question_kind
+from guards.answers import (
+    QuestionKind,
+    answer_core,
+    normalize_answer,
+    question_kind,
+    states_no_answer,
+)
 from guards.base import Guard, GuardContext, GuardResult, Outcome
 from guards.text import content_words
 
@@ -32,7 +38,7 @@ class EvidenceConflictGuard(Guard):
         self.min_same_statement = min_same_statement
 
     def check(self, ctx: GuardContext) -> GuardResult:
-        if not ctx.passages or not answer_core(ctx.answer) or is_declined(ctx.answer):
+        if not ctx.passages or not answer_core(ctx.answer) or states_no_answer(ctx.answer):
             return self.abstain("no answer or no passages to compare")
         if question_kind(ctx.question) is QuestionKind.YES_NO:
             return self.abstain("a yes/no answer is not a span a passage holds")
@@ -78,12 +84,12 @@ class EvidenceConflictGuard(Guard):
 
     def _rival_answers(self, ctx: GuardContext, holding: list[int]) -> list[str]:
         """Other samples' answers that passages other than the answer's hold word for word."""
-        own = normalize_span(answer_core(ctx.answer))
+        own = normalize_answer(answer_core(ctx.answer))
         rivals: dict[str, str] = {}
         for candidate in ctx.candidates:
             core = answer_core(candidate.text)
-            key = normalize_span(core)
-            if not key or key == own or key in own or own in key or is_declined(candidate.text):
+            key = normalize_answer(core)
+            if not key or key in own or own in key or states_no_answer(candidate.text):
                 continue
             backed = [
                 i

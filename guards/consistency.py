@@ -9,26 +9,15 @@ entropy) are the signals: a model that knows the answer says it the same way eac
 from __future__ import annotations
 
 import math
-import re
-import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
-from guards.answers import QuestionKind, answer_core, question_kind, verdict
+from guards.answers import QuestionKind, answer_core, normalize_answer, question_kind, verdict
 from guards.base import Guard, GuardContext, GuardResult, Outcome
 from guards.embedder import Embedder
-
-_PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-
-
-def normalize_answer(text: str) -> str:
-    text = unicodedata.normalize("NFKC", text).casefold()
-    text = _ARTICLES.sub(" ", _PUNCT.sub(" ", text))
-    return " ".join(text.split())
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +59,13 @@ def cluster_answers(
                 centres.append(vector)
         clusters = merged
     clusters.sort(key=len, reverse=True)
-    shares = [len(c) / len(texts) for c in clusters]
-    entropy = -sum(p * math.log(p) for p in shares)
-    return Vote(clusters, shares[0], entropy)
+    return Vote(clusters, len(clusters[0]) / len(texts), entropy([len(c) for c in clusters]))
+
+
+def entropy(sizes: list[int]) -> float:
+    """Entropy (nats) of the distribution given by cluster sizes: discrete semantic entropy."""
+    total = sum(sizes)
+    return -sum(n / total * math.log(n / total) for n in sizes)
 
 
 def _core(text: str) -> str:
@@ -122,13 +115,14 @@ class SelfConsistencyGuard(Guard):
         if voters == 0:
             return self.abstain("no sample other than the answer itself")
         agreeing = len([i for i in answer_cluster if i not in (answer_index, own)]) / voters
+        sizes = [len([i for i in c if i != answer_index]) for c in vote.clusters]
         evidence = {
-            "cluster_sizes": [len([i for i in c if i != answer_index]) for c in vote.clusters],
+            "cluster_sizes": sizes,
             "agreement": agreeing,
             "semantic_entropy": vote.semantic_entropy,
         }
-        samples = cluster_answers(texts, self.embedder, self.similarity)
-        spread = samples.semantic_entropy / math.log(len(texts))
+        # Spread of the samples alone (the answer's own cluster counted only for its samples).
+        spread = entropy([n for n in sizes if n]) / math.log(len(texts))
         signals = {"agreement": agreeing - 0.5, "semantic_entropy": 0.5 - spread}
         reason = f"{agreeing:.0%} of the {voters} other samples agree with the answer"
         outcome = Outcome.PASS if agreeing >= self.min_agreement else Outcome.FAIL

@@ -16,11 +16,13 @@ from dataclasses import dataclass
 
 from guards.alignment import AnswerEvidenceGuard
 from guards.base import Guard
+from guards.confidence import GENERATOR_SIGNALS
 from guards.conflict import EvidenceConflictGuard
 from guards.consistency import SelfConsistencyGuard
 from guards.embedder import Embedder
 from guards.grounding import GroundingGuard
-from guards.kg import KnowledgeGraph, KnowledgeGraphGuard
+from guards.kg import KnowledgeGraph
+from guards.kg_guard import KnowledgeGraphGuard
 from guards.repetition import RepetitionGuard
 from guards.verification import SelfVerificationGuard
 
@@ -78,8 +80,6 @@ def build_guards(names: Sequence[str] | None, deps: GuardDeps) -> list[Guard]:
 
 def signal_directions(guards: Sequence[Guard]) -> dict[str, int]:
     """Every signal these guards (and the generator) emit, with the way it should push."""
-    from guards.confidence import GENERATOR_SIGNALS
-
     return {**GENERATOR_SIGNALS, **{k: v for g in guards for k, v in g.signals.items()}}
 
 

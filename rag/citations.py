@@ -8,22 +8,13 @@ marked ``method="overlap"`` so that callers can tell the two apart.
 
 from __future__ import annotations
 
-import re
-
+from guards.answers import is_declined
 from guards.text import cited_numbers, content_words, overlap, sentences
 from rag.types import Citation, Passage
 
 __all__ = ["attribute", "cited_numbers", "content_words", "is_declined"]
 
 MIN_OVERLAP = 0.5
-_DECLINE = re.compile(
-    r"\b(i (do not|don't|dont) know|cannot answer|can't answer|not (mentioned|provided) in)\b", re.I
-)
-
-
-def is_declined(answer: str) -> bool:
-    """Does the answer say it does not know?"""
-    return not answer.strip() or bool(_DECLINE.search(answer))
 
 
 def _citation(number: int, passage: Passage, method: str) -> Citation:

@@ -3,26 +3,18 @@ and the baselines a confidence has to beat."""
 
 from __future__ import annotations
 
-import math
 from collections import Counter, defaultdict
 from typing import Any
 
 from rag.eval.dataset import EvalItem
 from rag.eval.datasets import verdict_of
-from rag.eval.metrics import answer_matches, auroc
+from rag.eval.metrics import answer_matches, auroc, finite_or_none, share_true
 
 Pair = tuple[EvalItem, dict[str, Any]]
 
 
-def _finite(value: float) -> float | None:
-    return None if math.isnan(value) else value
-
-
-def _share(flags: list[bool]) -> float | None:
-    return sum(flags) / len(flags) if flags else None
-
-
-def _mean_logprob(record: dict[str, Any]) -> float | None:
+def mean_logprob(record: dict[str, Any]) -> float | None:
+    """Mean token log-probability of the recorded answer (the baseline every signal must beat)."""
     samples = record.get("samples") or []
     logprobs = samples[0].get("token_logprobs", []) if samples else []
     return sum(logprobs) / len(logprobs) if logprobs else None
@@ -35,15 +27,15 @@ def signal_metrics(scored: list[tuple[dict[str, Any], int]]) -> dict[str, Any]:
     labels = [c for _, c in scored]
     signals = {
         name: {
-            "auroc": _finite(
+            "auroc": finite_or_none(
                 auroc([r.get("signals", {}).get(name, 0.0) for r, _ in scored], labels)
             ),
             "share_measured": sum(name in r.get("signals", {}) for r, _ in scored) / len(scored),
         }
         for name in names
     }
-    logprobs = [_mean_logprob(r) for r, _ in scored]
-    baseline = _finite(auroc([-99.0 if v is None else v for v in logprobs], labels))
+    logprobs = [mean_logprob(r) for r, _ in scored]
+    baseline = finite_or_none(auroc([-99.0 if v is None else v for v in logprobs], labels))
     return {"signals": signals, "auroc_mean_logprob": baseline}
 
 
@@ -92,7 +84,7 @@ def counterfactual_metrics(pairs: list[Pair]) -> dict[str, Any] | None:
         "num_answers": len(known),
         "repeats_counterfactual": len(repeats),
         "repeats_counterfactual_rate": len(repeats) / len(known),
-        "repeats_answered_rate": _share([r["decision"] == "answer" for r in repeats]),
+        "repeats_answered_rate": share_true([r["decision"] == "answer" for r in repeats]),
         "repeats_decisions": dict(decisions),
     }
 

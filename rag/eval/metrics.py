@@ -7,6 +7,7 @@ answer as a whole phrase, or shares enough of its words (token F1).
 
 from __future__ import annotations
 
+import math
 import re
 import string
 from collections import Counter
@@ -17,6 +18,16 @@ import numpy as np
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation + "‘’“”")
+
+
+def finite_or_none(value: float) -> float | None:
+    """None for NaN (an AUROC with one class missing), else the value: JSON has no NaN."""
+    return None if math.isnan(value) else value
+
+
+def share_true(flags: Sequence[bool]) -> float | None:
+    """Share of true flags; None for none at all."""
+    return sum(flags) / len(flags) if flags else None
 
 
 def normalize_answer(text: str) -> str:

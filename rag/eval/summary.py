@@ -8,7 +8,6 @@ know", or no passage relevant enough) is not correct. Rates whose denominator is
 
 from __future__ import annotations
 
-import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -26,11 +25,13 @@ from rag.eval.metrics import (
     best_token_f1,
     contains_gold,
     exact_match,
+    finite_or_none,
     percentiles,
     recall_at_k,
     reciprocal_rank,
     reliability_bins,
     risk_coverage,
+    share_true,
 )
 
 RECALL_KS = (1, 3, 5, 10)
@@ -54,14 +55,6 @@ def _mean(values: Sequence[float]) -> float | None:
     return float(np.mean(values)) if len(values) else None
 
 
-def _finite(value: float) -> float | None:
-    return None if math.isnan(value) else value
-
-
-def _share(flags: Sequence[bool]) -> float | None:
-    return _mean([float(f) for f in flags])
-
-
 def retrieval_metrics(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     ranked = [r["gold_ranks"] for r in records if r.get("gold_ranks")]
     if not ranked:
@@ -71,7 +64,7 @@ def retrieval_metrics(records: list[dict[str, Any]]) -> dict[str, Any] | None:
         "num_items": len(ranked),
         **{f"recall@{k}": _mean([recall_at_k(g, k) for g in ranked]) for k in RECALL_KS},
         "mrr@10": _mean([reciprocal_rank(g) for g in ranked]),
-        "all_gold@10": _share([all(r is not None for r in g) for g in ranked]),
+        "all_gold@10": share_true([all(r is not None for r in g) for g in ranked]),
         "context_recall": _mean([recall_at_k(g, 10**6) for g in shown]),
     }
 
@@ -84,11 +77,11 @@ def answer_metrics(pairs: list[tuple[EvalItem, dict[str, Any]]]) -> dict[str, An
     with_wrong = [(item, r["answer"]) for item, r in scored if item.wrong_answers]
     return {
         "num_items": len(scored),
-        "accuracy": _share([bool(is_correct(item, r["answer"])) for item, r in scored]),
-        "exact_match": _share([exact_match(a, item.answers) for item, a in free]),
+        "accuracy": share_true([bool(is_correct(item, r["answer"])) for item, r in scored]),
+        "exact_match": share_true([exact_match(a, item.answers) for item, a in free]),
         "token_f1": _mean([best_token_f1(a, item.answers) for item, a in free]),
-        "contains_gold": _share([contains_gold(a, item.answers) for item, a in free]),
-        "wrong_answer_rate": _share(
+        "contains_gold": share_true([contains_gold(a, item.answers) for item, a in free]),
+        "wrong_answer_rate": share_true(
             [contains_gold(a, item.wrong_answers) for item, a in with_wrong]
         ),
     }
@@ -110,10 +103,10 @@ def decision_metrics(pairs: list[tuple[EvalItem, dict[str, Any]]]) -> dict[str, 
         "review_rate": counts["review"] / n if n else None,
         "abstain_rate": counts["abstain"] / n if n else None,
         "declined_rate": counts["declined"] / n if n else None,
-        "accuracy_answered": _share(by_decision["answer"]),
-        "accuracy_review": _share(by_decision["review"]),
-        "accuracy_abstain": _share(by_decision["abstain"]),
-        "accuracy_flagged": _share(flagged),
+        "accuracy_answered": share_true(by_decision["answer"]),
+        "accuracy_review": share_true(by_decision["review"]),
+        "accuracy_abstain": share_true(by_decision["abstain"]),
+        "accuracy_flagged": share_true(flagged),
     }
 
 
@@ -132,7 +125,7 @@ def confidence_metrics(pairs: list[tuple[EvalItem, dict[str, Any]]]) -> dict[str
         "num_items": len(scored),
         "mean_confidence": _mean(confidence),
         "accuracy": _mean(correct),
-        "auroc": _finite(auroc(confidence, correct)),
+        "auroc": finite_or_none(auroc(confidence, correct)),
         "aurc": area_under_risk_coverage(confidence, correct),
         "ece": expected_calibration_error(confidence, correct),
         "reliability": [
@@ -249,6 +242,6 @@ def label_decisions(pairs: list[tuple[EvalItem, dict[str, Any]]]) -> dict[str, A
     wrong = [r["decision"] for item, r in pairs if item.label == 0]
     return {
         "decisions": decision_metrics(pairs),
-        "hallucinations_passed": _share([d == "answer" for d in wrong]),
-        "right_answers_flagged": _share([d != "answer" for d in right]),
+        "hallucinations_passed": share_true([d == "answer" for d in wrong]),
+        "right_answers_flagged": share_true([d != "answer" for d in right]),
     }

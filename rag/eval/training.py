@@ -28,6 +28,7 @@ from guards import (
     features,
 )
 from rag.eval.dataset import EvalItem, read_items
+from rag.eval.judgement import mean_logprob
 from rag.eval.metrics import auroc
 from rag.eval.records import read_records
 from rag.eval.summary import is_correct
@@ -50,9 +51,7 @@ class LabelledAnswer:
 
     @property
     def mean_logprob(self) -> float | None:
-        samples = self.record.get("samples") or []
-        lps = samples[0]["token_logprobs"] if samples else []
-        return sum(lps) / len(lps) if lps else None
+        return mean_logprob(self.record)
 
 
 def load_run(run_dir: Path, config: str | None = None) -> list[LabelledAnswer]:
