@@ -63,6 +63,7 @@ from guards import (
     expected_calibration_error,
     features,
 )
+from guards.alignment import AnswerEvidenceGuard
 from guards.kg import MOVIE_FUNCTIONAL_RELATIONS, MOVIE_RELATION_PHRASES, Verdict
 from guards.text import content_words, overlap
 from rag.documents import Document
@@ -87,7 +88,7 @@ from rag.eval.metrics import (
     f1_score,
     risk_coverage,
 )
-from rag.guarding import AnswerChecker
+from rag.guarding import DEFAULT_CONFIDENCE_MODEL, AnswerChecker
 from rag.pipeline import Pipeline
 from rag.prompt import build_messages
 from rag.settings import Settings
@@ -211,8 +212,11 @@ def answer_logprobs(hf: HFGenerator, prompt: str, answers: Sequence[str]) -> lis
 # ---------------------------------------------------------------- HaluEval
 def run_halueval(args: argparse.Namespace, embedder: Embedder, hf: HFGenerator) -> dict[str, Any]:
     items = load_halueval(args.data_dir, args.limit)
-    chain = GuardChain([RepetitionGuard(fail_on_cutoff=False), GroundingGuard(embedder)])
+    chain = GuardChain(
+        [RepetitionGuard(fail_on_cutoff=False), GroundingGuard(embedder), AnswerEvidenceGuard()]
+    )
     prior = ConfidenceModel.prior()
+    shipped = ConfidenceModel.load(DEFAULT_CONFIDENCE_MODEL)
     rows: list[dict[str, float]] = []
     labels: list[int] = []
     groups: list[int] = []
@@ -242,6 +246,7 @@ def run_halueval(args: argparse.Namespace, embedder: Embedder, hf: HFGenerator) 
     fitted = cross_fitted(rows, labels, groups)
     ours = {
         "prior": [prior.score(r) for r in rows],
+        "shipped": [shipped.score(r) for r in rows],
         "fitted": fitted,
     }
     record: dict[str, Any] = {
