@@ -15,7 +15,9 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
+from engine.client import EngineUnavailableError, generate_all
 from engine.config import EngineConfig
 from engine.llm_engine import EngineStats, LLMEngine
 from engine.outputs import RequestOutput
@@ -26,7 +28,8 @@ logger = logging.getLogger(__name__)
 
 
 class AsyncEngine:
-    """Asynchronous client interface: ``generate``, ``abort``, ``check_health``, ``stats``."""
+    """Our engine behind the ``EngineClient`` interface: ``generate``, ``abort``,
+    ``check_health``, ``stats``."""
 
     def __init__(self, engine: LLMEngine | EngineConfig | None = None):
         self.engine = engine if isinstance(engine, LLMEngine) else LLMEngine(engine)
@@ -40,6 +43,24 @@ class AsyncEngine:
         self._thread.start()
 
     # ------------------------------------------------------------- interface
+    @property
+    def model_name(self) -> str:
+        return self.engine.model_name
+
+    @property
+    def max_model_len(self) -> int:
+        return self.engine.max_model_len
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.engine.tokenizer
+
+    def count_tokens(self, prompt: str) -> int:
+        return self.engine.count_tokens(prompt)
+
+    def apply_chat_template(self, messages: list[dict[str, str]]) -> str:
+        return self.engine.apply_chat_template(messages)
+
     async def generate(
         self, prompt: Prompt, params: SamplingParams, request_id: str | None = None
     ) -> AsyncIterator[RequestOutput]:
@@ -72,11 +93,7 @@ class AsyncEngine:
 
     async def generate_full(self, prompt: Prompt, params: SamplingParams) -> RequestOutput:
         """The finished output only."""
-        last = None
-        async for output in self.generate(prompt, params):
-            last = output
-        assert last is not None and last.finished
-        return last
+        return await generate_all(self, prompt, params)
 
     def abort(self, request_id: str) -> None:
         self.engine.abort(request_id)
@@ -84,17 +101,26 @@ class AsyncEngine:
     def check_health(self) -> None:
         """Raise if the engine loop has died."""
         if self._error is not None:
-            raise RuntimeError(f"the engine loop failed: {self._error!r}") from self._error
+            raise EngineUnavailableError(f"the engine loop failed: {self._error!r}") from (
+                self._error
+            )
         if self._stopped.is_set():
-            raise RuntimeError("the engine is shut down")
+            raise EngineUnavailableError("the engine is shut down")
 
     def stats(self) -> EngineStats:
         return self.engine.stats()
 
     def shutdown(self) -> None:
+        """Stop the loop; callers still waiting get ``EngineUnavailableError``."""
         self._stopped.set()
         self._wake.set()
         self._thread.join(timeout=10)
+        self._fail_waiting(EngineUnavailableError("the engine is shut down"))
+
+    def _fail_waiting(self, exc: BaseException) -> None:
+        for loop, queue in list(self._streams.values()):
+            with contextlib.suppress(RuntimeError):  # that caller's loop is gone
+                loop.call_soon_threadsafe(queue.put_nowait, exc)
 
     # ------------------------------------------------------------------ loop
     def _gather_arrivals(self) -> None:
@@ -124,7 +150,5 @@ class AsyncEngine:
             except BaseException as exc:  # deliver to every waiting caller, then stop
                 logger.exception("engine step failed")
                 self._error = exc
-                for loop, queue in list(self._streams.values()):
-                    with contextlib.suppress(RuntimeError):  # that caller's loop is gone
-                        loop.call_soon_threadsafe(queue.put_nowait, exc)
+                self._fail_waiting(exc)
                 return

@@ -61,6 +61,11 @@ class EngineStats:
     num_preemptions: int
     num_generated_tokens: int
     generated_tokens_per_s: float
+    num_prompt_tokens: int = 0
+    """Prompt tokens of every request added since start."""
+    num_prefix_queries: int = 0
+    """Full prompt blocks looked up in the prefix cache since start."""
+    num_prefix_hits: int = 0
     num_cuda_graphs: int = 0
     num_cuda_graph_steps: int = 0
     cuda_graph_capture_s: float = 0.0
@@ -118,6 +123,7 @@ class LLMEngine:
         self._collected: dict[str, RequestOutput] = {}
         self._lock = threading.RLock()
         self._num_generated = 0
+        self._num_prompt_tokens = 0
         self._started = time.perf_counter()
 
     # ------------------------------------------------------------- interface
@@ -172,6 +178,7 @@ class LLMEngine:
             seq.generator = self._generator(params, 0)
             request.seqs.append(seq)
             self._requests[request_id] = request
+            self._num_prompt_tokens += len(ids)
             if sink is not None:
                 self._sinks[request_id] = sink
             self.scheduler.add(seq)
@@ -235,6 +242,9 @@ class LLMEngine:
             num_preemptions=self.scheduler.num_preemptions,
             num_generated_tokens=self._num_generated,
             generated_tokens_per_s=self._num_generated / elapsed if elapsed > 0 else 0.0,
+            num_prompt_tokens=self._num_prompt_tokens,
+            num_prefix_queries=bm.num_prefix_queries,
+            num_prefix_hits=bm.num_prefix_hits,
             num_cuda_graphs=len(graphs.shapes) if graphs else 0,
             num_cuda_graph_steps=graphs.num_replays if graphs else 0,
             cuda_graph_capture_s=graphs.capture_time_s if graphs else 0.0,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,11 +57,14 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_result(result: Any, as_json: bool) -> None:
+def _print_result(result: Any, as_json: bool, *, answer_shown: bool = False) -> None:
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
         return
-    print(result.answer)
+    if not answer_shown:
+        print(result.answer)
+    elif result.abstained:
+        print(f"\n(withheld: the text above is not the answer; the answer is: {result.answer})")
     if result.abstained:
         print(f"\n(abstained: {result.abstain_reason})")
     elif result.confidence is not None or result.decision_reasons:
@@ -91,10 +94,16 @@ def cmd_ask(args: argparse.Namespace) -> int:
         "temperature": args.temperature,
         "min_score": args.min_score,
     }
+    if args.stream and args.json:
+        from rag.errors import InvalidInputError
+
+        raise InvalidInputError("--stream and --json do not go together")
     if args.server:
         from rag.client import Client
 
         with Client(args.server) as client:
+            if args.stream:
+                return _print_stream(client.ask_stream(args.question, **options))
             result = client.ask(args.question, **options)
     else:
         from rag.collection import check_index_name
@@ -110,8 +119,29 @@ def cmd_ask(args: argparse.Namespace) -> int:
                 f"build it with `ragguard ingest PATH --index {settings.index_name}`"
             )
         pipeline = Pipeline.from_settings(settings)
-        result = pipeline.ask_with(args.question, AskOptions(**options))
+        try:
+            if args.stream:
+                return _print_stream(pipeline.ask_stream(args.question, AskOptions(**options)))
+            result = pipeline.ask_with(args.question, AskOptions(**options))
+        finally:
+            pipeline.close()
     _print_result(result, args.json)
+    return 0
+
+
+def _print_stream(events: Iterator[Any]) -> int:
+    """Print the answer's tokens as they arrive, then what the guards decided."""
+    from rag.types import ResultEvent, TokenEvent
+
+    shown = False
+    for event in events:
+        if isinstance(event, TokenEvent):
+            print(event.text, end="", flush=True)
+            shown = True
+        elif isinstance(event, ResultEvent):
+            if shown:
+                print()
+            _print_result(event.result, False, answer_shown=shown)
     return 0
 
 
@@ -139,7 +169,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     uvicorn.run(
-        create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        # On SIGTERM: stop accepting, let in-flight questions finish for up to the grace period.
+        timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
     )
     return 0
 
@@ -210,6 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float)
     p.add_argument("--server", help="ask a running server (e.g. http://127.0.0.1:8000) instead")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
+    p.add_argument(
+        "--stream", action="store_true", help="print the answer's tokens as they are generated"
+    )
     p.set_defaults(func=cmd_ask)
 
     p = sub.add_parser("serve", help="serve the REST API")

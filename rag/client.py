@@ -6,6 +6,7 @@ that ``rag.client_requests`` builds, so they cannot drift apart.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import httpx
 from rag.client_requests import (
     ServerError,
     _ask_body,
+    _ask_event,
     _claim_review,
     _delete_document,
     _export_reviews,
@@ -26,8 +28,9 @@ from rag.client_requests import (
     _release_review,
     _Request,
     _resolve_review,
+    _SSEParser,
 )
-from rag.types import Result
+from rag.types import AskEvent, Result
 
 DEFAULT_TIMEOUT_S = 120.0
 __all__ = ["DEFAULT_TIMEOUT_S", "AsyncClient", "Client", "ServerError"]
@@ -68,8 +71,23 @@ class Client:
         return _read(response, r.is_text)
 
     def ask(self, question: str, **options: Any) -> Result:
-        """Ask a question; options: index, top_k, min_score, max_tokens, temperature, seed."""
+        """Ask a question; options: index, top_k, min_score, max_tokens, temperature, seed,
+        abstain_below, review_below, timeout_s."""
         return Result.from_dict(self._call("POST", "/v1/ask", json=_ask_body(question, options)))
+
+    def ask_stream(self, question: str, **options: Any) -> Iterator[AskEvent]:
+        """Ask and iterate over the answer as it is generated: a ``PassagesEvent``, then
+        ``TokenEvent``s, then the checked ``ResultEvent``. Leaving the loop early closes the
+        connection, which stops the generation on the server."""
+        body = {**_ask_body(question, options), "stream": True}
+        with self._http.stream("POST", "/v1/ask", json=body) as response:
+            if not response.is_success:
+                response.read()
+                _read(response)
+            parser = _SSEParser()
+            for line in response.iter_lines():
+                if (message := parser.feed(line)) and (decoded := _ask_event(*message)):
+                    yield decoded
 
     def add_text(
         self,
@@ -189,6 +207,18 @@ class AsyncClient:
         return Result.from_dict(
             await self._call("POST", "/v1/ask", json=_ask_body(question, options))
         )
+
+    async def ask_stream(self, question: str, **options: Any) -> AsyncIterator[AskEvent]:
+        """``Client.ask_stream``, awaited: ``async for event in client.ask_stream(...)``."""
+        body = {**_ask_body(question, options), "stream": True}
+        async with self._http.stream("POST", "/v1/ask", json=body) as response:
+            if not response.is_success:
+                await response.aread()
+                _read(response)
+            parser = _SSEParser()
+            async for line in response.aiter_lines():
+                if (message := parser.feed(line)) and (decoded := _ask_event(*message)):
+                    yield decoded
 
     async def add_text(
         self,

@@ -4,6 +4,7 @@ server's errors mapped to the project's typed exceptions. ``Client`` and ``Async
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import httpx
 from rag.errors import (
     AuthenticationError,
     ConflictError,
+    DeadlineExceededError,
     DocumentNotFoundError,
     DocumentParseError,
     IndexMismatchError,
@@ -22,11 +24,13 @@ from rag.errors import (
     LengthRequiredError,
     NotFoundError,
     NotReadyError,
+    OverloadedError,
     PayloadTooLargeError,
     PermissionDeniedError,
     RagGuardError,
     UnsupportedFileTypeError,
 )
+from rag.types import AskEvent, Passage, PassagesEvent, Result, ResultEvent, TokenEvent
 
 _BY_STATUS: dict[int, type[RagGuardError]] = {
     401: AuthenticationError,
@@ -37,7 +41,9 @@ _BY_STATUS: dict[int, type[RagGuardError]] = {
     413: PayloadTooLargeError,
     415: UnsupportedFileTypeError,
     422: InvalidInputError,
+    429: OverloadedError,
     503: NotReadyError,
+    504: DeadlineExceededError,
 }
 _BY_KIND: dict[str, type[RagGuardError]] = {
     cls.error_type: cls for cls in (IndexNotFoundError, DocumentNotFoundError, DocumentParseError)
@@ -69,11 +75,63 @@ def _raise_for_status(response: httpx.Response) -> None:
         detail = "; ".join(
             f"{'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}" for d in detail
         )
-    error_type = _BY_KIND.get(kind) or _BY_STATUS.get(response.status_code, ServerError)
-    error = error_type(f"HTTP {response.status_code}: {detail}")
-    error.status_code = response.status_code
+    retry_after = response.headers.get("retry-after", "")
+    raise _error(
+        response.status_code,
+        kind,
+        detail,
+        retry_after_s=int(retry_after) if retry_after.isdigit() else None,
+    )
+
+
+def _error(
+    status: int, kind: str, detail: str, *, retry_after_s: int | None = None
+) -> RagGuardError:
+    error_type = _BY_KIND.get(kind) or _BY_STATUS.get(status, ServerError)
+    error = error_type(f"HTTP {status}: {detail}")
+    error.status_code = status
     error.error_type = kind or error.error_type
-    raise error
+    if isinstance(error, OverloadedError) and retry_after_s is not None:
+        error.retry_after_s = retry_after_s
+    return error
+
+
+class _SSEParser:
+    """Lines of a ``text/event-stream`` in; (event, data) out, once per complete event."""
+
+    def __init__(self) -> None:
+        self.event = "message"
+        self.data: list[str] = []
+
+    def feed(self, line: str) -> tuple[str, str] | None:
+        if not line:  # a blank line ends the event
+            done = (self.event, "\n".join(self.data)) if self.data else None
+            self.event, self.data = "message", []
+            return done
+        if line.startswith(":"):
+            return None  # a comment (keep-alive ping)
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "event":
+            self.event = value
+        elif name == "data":
+            self.data.append(value)
+        return None
+
+
+def _ask_event(event: str, data: str) -> AskEvent | None:
+    """One event of a streamed answer; an ``error`` event raises its typed error."""
+    body = json.loads(data)
+    if event == "passages":
+        return PassagesEvent([Passage(**p) for p in body["passages"]], body["index"])
+    if event == "token":
+        return TokenEvent(body["text"])
+    if event == "result":
+        return ResultEvent(Result.from_dict(body))
+    if event == "error":
+        status = {"deadline_exceeded": 504, "overloaded": 429}.get(body.get("error", ""), 500)
+        raise _error(status, body.get("error", ""), body.get("detail", ""))
+    return None  # an event kind this client does not know: skipped
 
 
 def _headers(api_key: str | None, reviewer: str | None) -> dict[str, str]:

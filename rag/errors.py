@@ -111,3 +111,28 @@ class ConflictError(RagGuardError):
 
     status_code = 409
     error_type = "conflict"
+
+
+class DeadlineExceededError(RagGuardError, TimeoutError):
+    """The question was not answered within its deadline; its generation was stopped."""
+
+    status_code = 504
+    error_type = "deadline_exceeded"
+
+
+class OverloadedError(RagGuardError):
+    """Too many questions are waiting already; retry after ``retry_after_s`` seconds."""
+
+    status_code = 429
+    error_type = "overloaded"
+
+    def __init__(self, message: str, retry_after_s: int = 1):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class EngineUnavailableError(RagGuardError):
+    """The generator can no longer serve requests (its loop failed or it is shutting down)."""
+
+    status_code = 503
+    error_type = "engine_unavailable"

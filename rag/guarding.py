@@ -1,9 +1,11 @@
-"""Runs the guards on a generated answer, scores its confidence and decides what to do with it."""
+"""The check stage: runs the guards on a generated answer and scores its confidence. The decide
+stage is the policy (``AnswerChecker.decide``), with a request's own thresholds if it gave any."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.outputs import CompletionOutput
@@ -21,12 +23,10 @@ from guards import (
 )
 from guards.registry import GuardDeps, UnknownGuardError, build_guards
 from guards.repetition import LOOP_STOP_REASON
-from guards.review import NewItem, ReviewStore
 from rag.embed import Embedder
 from rag.errors import InvalidInputError
-from rag.reviews import open_review_store
 from rag.settings import Settings
-from rag.types import GuardVerdict, Passage
+from rag.types import AskOptions, GuardVerdict, Passage
 
 logger = logging.getLogger(__name__)
 DATA = Path(__file__).resolve().parent / "data"
@@ -36,9 +36,10 @@ DEFAULT_CONFIDENCE_MODEL = DATA / "confidence.json"
 
 @dataclass(frozen=True, slots=True)
 class Checked:
+    """What the guards found and the confidence computed from it."""
+
     results: list[GuardResult]
     confidence: float
-    decision: Decision
     signals: dict[str, float]
     """The confidence model's input features."""
 
@@ -55,20 +56,18 @@ def finish_reason(c: CompletionOutput) -> str | None:
     return c.finish_reason and str(c.finish_reason)
 
 
+def candidate(c: CompletionOutput) -> Candidate:
+    """A generated completion as the guards see it."""
+    return Candidate(c.text.strip(), tuple(c.logprobs), finish_reason(c))
+
+
 class AnswerChecker:
     """The guard chain, the confidence model and the policy configured by the settings."""
 
     def __init__(
-        self,
-        settings: Settings,
-        embedder: Embedder,
-        reviews: ReviewStore | None = None,
-        *,
-        graph: KnowledgeGraph | None = None,
+        self, settings: Settings, embedder: Embedder, *, graph: KnowledgeGraph | None = None
     ):
-        """``reviews``: the queue flagged answers go to (the pipeline's); without one the
-        checker opens its own connection to the store the settings name. ``graph`` replaces the
-        one the settings name (an application's own, already built)."""
+        """``graph`` replaces the one the settings name (an application's own, already built)."""
         graph = graph or self._load_graph(settings)
         try:
             guards = build_guards(settings.guards, GuardDeps(embedder=embedder, graph=graph))
@@ -79,13 +78,6 @@ class AnswerChecker:
         self.policy = Policy(
             abstain_below=settings.abstain_below, review_below=settings.review_below
         )
-        self._owns_reviews = reviews is None
-        self.reviews = reviews if reviews is not None else open_review_store(settings)
-
-    def close(self) -> None:
-        """Close the review store if this checker opened it (a given one stays open)."""
-        if self._owns_reviews:
-            self.reviews.close()
 
     @staticmethod
     def _load_confidence(settings: Settings) -> ConfidenceModel:
@@ -114,61 +106,49 @@ class AnswerChecker:
             return None
         return KnowledgeGraph.from_file(path, aliases_path=aliases)
 
+    def policy_for(self, options: AskOptions) -> Policy:
+        """The configured policy with this request's thresholds, validated before any work."""
+        if options.abstain_below is None and options.review_below is None:
+            return self.policy
+        try:
+            return replace(
+                self.policy,
+                abstain_below=self.policy.abstain_below
+                if options.abstain_below is None
+                else options.abstain_below,
+                review_below=self.policy.review_below
+                if options.review_below is None
+                else options.review_below,
+            )
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from exc
+
     def check(
         self,
         question: str,
-        answer: CompletionOutput,
-        candidates: list[CompletionOutput],
-        passages: list[Passage],
+        answer: Candidate,
+        samples: Sequence[Candidate],
+        passages: Sequence[Passage],
         *,
-        policy: Policy | None = None,
         verification: float | None = None,
     ) -> Checked:
-        """Run the guards and decide; ``policy`` replaces the configured one for this answer."""
+        """Run the guards on ``answer`` (``samples``: every completion, the answer first) and
+        score the confidence."""
         ctx = GuardContext(
             question=question,
-            answer=answer.text.strip(),
+            answer=answer.text,
             passages=tuple(Evidence(p.chunk_id, p.text, p.score) for p in passages),
-            candidates=tuple(
-                Candidate(c.text.strip(), tuple(c.logprobs), finish_reason(c)) for c in candidates
-            ),
+            candidates=tuple(samples),
             verification=verification,
         )
         results = list(self.chain.run(ctx).results)
         feats = features(
             results,
-            token_logprobs=answer.logprobs,
+            token_logprobs=answer.token_logprobs,
             retrieval_score=max((p.score for p in passages), default=None),
         )
-        confidence = self.confidence.score(feats)
-        decision = (policy or self.policy).decide(results, confidence)
-        return Checked(results, confidence, decision, feats)
+        return Checked(results, self.confidence.score(feats), feats)
 
-    def queue_for_review(
-        self,
-        question: str,
-        answer: str,
-        checked: Checked,
-        passages: list[Passage],
-        *,
-        candidates: list[str] | None = None,
-        index_name: str = "",
-        index_version: str = "",
-        request_id: str = "",
-    ) -> str:
-        """Queue the answer for a person, with everything they need to judge it; its id."""
-        item = self.reviews.add(
-            NewItem(
-                question=question,
-                answer=answer,
-                candidates=candidates or [],
-                passages=[asdict(p) for p in passages],
-                guard_results=[asdict(v) for v in checked.verdicts()],
-                confidence=checked.confidence,
-                reasons=list(checked.decision.reasons),
-                index_name=index_name,
-                index_version=index_version,
-                request_id=request_id,
-            )
-        )
-        return item.id
+    def decide(self, checked: Checked, policy: Policy | None = None) -> Decision:
+        """What to do with the checked answer: answer, abstain or review."""
+        return (policy or self.policy).decide(checked.results, checked.confidence)

@@ -1,64 +1,90 @@
-"""``Pipeline.ask``: retrieve passages, generate a grounded answer, cite its sources."""
+"""``Pipeline``: the stages composed — retrieve → generate → check → decide → act.
+
+``Pipeline.stream`` is the one path every caller runs: it yields the passages, the answer's text
+as it is generated, and finally the ``Result`` (built once, when the guards have decided).
+``ask_async`` keeps only the result; ``ask`` / ``ask_with`` run it for synchronous callers on a
+private event loop. The server awaits the same coroutines on its own loop.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
 import uuid
-from dataclasses import dataclass, replace
+from collections.abc import AsyncGenerator, Iterator
+from dataclasses import dataclass, field, replace
 
-from engine import EngineConfig, Generator, SamplingParams, build_generator
-from guards import Action, LoopStop, Policy
+from engine import EngineConfig, Generator
+from engine.client import EngineClient, as_engine_client, build_engine_client
+from engine.client import EngineUnavailableError as EngineDown
+from guards import Action, Policy
 from guards.review import CachedAnswer
 from rag import citations
+from rag.background import BackgroundLoop
 from rag.collection import CollectionRegistry
 from rag.embed import Embedder
-from rag.errors import InvalidInputError
-from rag.guarding import AnswerChecker, Checked, finish_reason
-from rag.prompt import NO_ANSWER, build_messages
-from rag.retriever import VectorRetriever
-from rag.reviews import index_version, open_review_store
+from rag.errors import DeadlineExceededError, EngineUnavailableError, InvalidInputError
+from rag.guarding import AnswerChecker, Checked, candidate, finish_reason
+from rag.prompt import NO_ANSWER
+from rag.reviews import ReviewDesk, open_review_store
 from rag.settings import Settings
-from rag.types import Passage, Result, Sample, Usage
+from rag.stages import GenerateStage, Generation, Retrieval, RetrieveStage
+from rag.types import (
+    AskEvent,
+    AskOptions,
+    Passage,
+    PassagesEvent,
+    Result,
+    ResultEvent,
+    Sample,
+    TokenEvent,
+    Usage,
+)
 from rag.verification import SelfVerifier
+
+__all__ = ["AskOptions", "Pipeline"]
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class AskOptions:
-    """Per-question options; None falls back to the pipeline's settings."""
+@dataclass(slots=True)
+class _Ask:
+    """One question on its way through the stages."""
 
-    index: str | None = None
-    top_k: int | None = None
-    min_score: float | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    seed: int | None = None
-    abstain_below: float | None = None
-    """Confidence under which this answer is withheld (overrides the policy's threshold)."""
-    review_below: float | None = None
-    """Confidence under which this answer goes to a reviewer (overrides the policy's)."""
+    question: str
+    options: AskOptions
+    request_id: str
+    index: str
+    policy: Policy | None
+    started: float = field(default_factory=time.perf_counter)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def lap(self, name: str, since: float) -> None:
+        self.timings[name] = time.perf_counter() - since
 
 
 class Pipeline:
     """Grounded question answering over the collections of one index folder."""
 
-    def __init__(self, settings: Settings, embedder: Embedder, generator: Generator):
+    def __init__(self, settings: Settings, embedder: Embedder, engine: EngineClient | Generator):
+        """``engine``: an engine client (owned by the caller), or a synchronous generator such
+        as ``LLMEngine``/``HFGenerator``, which the pipeline wraps in a client it owns."""
         self.settings = settings
         self.embedder = embedder
-        self.generator = generator
+        self.engine, self._owns_engine = as_engine_client(engine)
         self.collections = CollectionRegistry.from_settings(settings, embedder)
-        self.reviews = open_review_store(settings)
-        self.checker = (
-            AnswerChecker(settings, embedder, self.reviews) if settings.guards_enabled else None
-        )
+        self.retriever = RetrieveStage(self.collections)
+        self.generator = GenerateStage(self.engine, settings)
+        self.checker = AnswerChecker(settings, embedder) if settings.guards_enabled else None
         self.verifier = (
-            SelfVerifier(generator)
+            SelfVerifier(self.engine)
             if self.checker is not None and settings.self_verification
             else None
         )
+        self.reviews = ReviewDesk(open_review_store(settings))
+        self._loop = BackgroundLoop()
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> Pipeline:
@@ -67,27 +93,22 @@ class Pipeline:
         if not settings.allow_hub:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        config = EngineConfig(
-            model=settings.model,
-            dtype=settings.dtype,
-            device=settings.device,
-            max_num_seqs=settings.max_batch_size,
-            max_num_batched_tokens=settings.max_num_batched_tokens,
-            kv_cache_memory_bytes=settings.kv_cache_memory_mb << 20,
-            reserve_max_tokens=settings.reserve_max_tokens,
-            cuda_graphs=settings.cuda_graphs,
-            cache_dir=settings.model_cache_dir,
-            allow_hub=settings.allow_hub,
-        )
+        config = engine_config(settings)
         embedder = Embedder(
             settings.embedding_model, device=config.resolved_device(), allow_hub=settings.allow_hub
         )
-        return cls(settings, embedder, build_generator(config, settings.generator))
+        pipeline = cls(settings, embedder, build_engine_client(config, settings.generator))
+        pipeline._owns_engine = True
+        return pipeline
 
     def close(self) -> None:
+        self._loop.close()
+        if self._owns_engine:
+            self.engine.shutdown()
         self.collections.close()
         self.reviews.close()
 
+    # ------------------------------------------------------------- interface
     def ask(self, question: str, **options: object) -> Result:
         """Answer ``question`` from the index, with citations; options: ``AskOptions`` fields."""
         try:
@@ -100,6 +121,52 @@ class Pipeline:
         self, question: str, options: AskOptions, *, request_id: str | None = None
     ) -> Result:
         """``ask`` with the options as one object; ``request_id`` ties logs to the caller's id."""
+        return self._loop.run(self.ask_async(question, options, request_id=request_id))
+
+    def ask_stream(
+        self, question: str, options: AskOptions | None = None, *, request_id: str | None = None
+    ) -> Iterator[AskEvent]:
+        """``stream`` for synchronous callers (the CLI's ``--stream``)."""
+        return self._loop.iterate(self.stream(question, options, request_id=request_id))
+
+    async def ask_async(
+        self, question: str, options: AskOptions | None = None, *, request_id: str | None = None
+    ) -> Result:
+        """``ask`` for asyncio callers: cancelling it stops the generation."""
+        async for event in self.stream(question, options, request_id=request_id):
+            if isinstance(event, ResultEvent):
+                return event.result
+        raise AssertionError("the stream ended without a result")
+
+    async def stream(
+        self, question: str, options: AskOptions | None = None, *, request_id: str | None = None
+    ) -> AsyncGenerator[AskEvent, None]:
+        """The passages, the answer's text as it is generated, then the checked ``Result``.
+        Leaving early aborts the generation, and an answer nobody received is never queued for
+        review. Past the deadline, ``DeadlineExceededError``."""
+        ask = self._start(question, options or AskOptions(), request_id)
+        timeout = ask.options.timeout_s or self.settings.request_timeout_s
+        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+        stages = self._stages(ask)
+        try:
+            while True:
+                async with asyncio.timeout_at(deadline):
+                    event = await anext(stages)
+                yield event
+        except StopAsyncIteration:
+            return
+        except TimeoutError as exc:
+            raise DeadlineExceededError(
+                f"no answer within the {timeout:g} s deadline; the generation was stopped"
+            ) from exc
+        except EngineDown as exc:
+            raise EngineUnavailableError(str(exc)) from exc
+        finally:
+            await stages.aclose()
+
+    # ---------------------------------------------------------------- stages
+    def _start(self, question: str, options: AskOptions, request_id: str | None) -> _Ask:
+        """Validate what can be validated before any work."""
         s = self.settings
         question = question.strip()
         if not question:
@@ -109,219 +176,200 @@ class Pipeline:
                 f"the question has {len(question)} characters; "
                 f"at most {s.max_question_chars} are allowed"
             )
-        index_name = options.index or s.index_name
-        top_k = s.top_k if options.top_k is None else options.top_k
-        min_score = s.min_score if options.min_score is None else options.min_score
-        params = self._sampling_params(options)
-        policy = self._policy(options)
-        request_id = request_id or uuid.uuid4().hex
-        started = time.perf_counter()
-        collection = self.collections.get(index_name)
-        retrieved = VectorRetriever(collection).retrieve(question, top_k)
-        timings = {"retrieve_s": time.perf_counter() - started}
-        version = index_version(collection)  # read after the search has caught up with writes
-        reviewed = self.reviews.cached_answer(question, index_name, version)
-        if reviewed is not None:
-            return self._reviewed(request_id, question, reviewed, timings, started, index_name)
-        passages = [p for p in retrieved if p.score >= min_score]
-        if not passages:
-            best = max((p.score for p in retrieved), default=None)
-            reason: str | None = (
-                "no passage is relevant enough to answer "
-                f"(best score {best:.3f} < min_score {min_score})"
-                if best is not None
-                else "the index holds no passages"
-            )
-            timings["total_s"] = time.perf_counter() - started
-            return self._result(
-                request_id, question, NO_ANSWER, [], reason, timings, Usage(), index_name
-            )
-
-        prompt = self._fit_prompt(question, passages, params[0].max_tokens)
-        gen_started = time.perf_counter()
-        outputs = self.generator.generate([prompt] * len(params), params)
-        completion = outputs[0].outputs[0]
-        samples = [c for o in outputs for c in o.outputs]
-        timings["generate_s"] = time.perf_counter() - gen_started
-        if (ttft := outputs[0].timing.time_to_first_token_s) is not None:
-            timings["time_to_first_token_s"] = ttft
-        answer = completion.text.strip()
-        usage = Usage(outputs[0].num_prompt_tokens, sum(o.num_completion_tokens for o in outputs))
-        if citations.is_declined(answer):
-            timings["total_s"] = time.perf_counter() - started
-            reason = "the model found no answer in the passages"
-            return self._result(
-                request_id, question, NO_ANSWER, passages, reason, timings, usage, index_name
-            )
-        checked, verification = None, None
-        if self.checker is not None:
-            if self.verifier is not None:
-                verify_started = time.perf_counter()
-                verification = self.verifier.score(question, passages, answer)
-                timings["verify_s"] = time.perf_counter() - verify_started
-            guards_started = time.perf_counter()
-            checked = self.checker.check(
-                question, completion, samples, passages, policy=policy, verification=verification
-            )
-            timings["guards_s"] = time.perf_counter() - guards_started
-        timings["total_s"] = time.perf_counter() - started
-        result = self._result(
-            request_id, question, answer, passages, None, timings, usage, index_name
+        if options.timeout_s is not None and not options.timeout_s > 0:
+            raise InvalidInputError(f"timeout_s must be > 0, got {options.timeout_s}")
+        policy = self.checker.policy_for(options) if self.checker is not None else None
+        return _Ask(
+            question,
+            options,
+            request_id or uuid.uuid4().hex,
+            options.index or s.index_name,
+            policy,
         )
-        if checked is None:
-            return result
-        result = replace(
-            result,
-            samples=[Sample(c.text.strip(), list(c.logprobs), finish_reason(c)) for c in samples],
+
+    async def _stages(self, ask: _Ask) -> AsyncGenerator[AskEvent, None]:
+        s, opts = self.settings, ask.options
+        top_k = s.top_k if opts.top_k is None else opts.top_k
+        min_score = s.min_score if opts.min_score is None else opts.min_score
+        since = time.perf_counter()
+        retrieval = await asyncio.to_thread(
+            self.retriever.run, ask.question, ask.index, top_k, min_score
+        )
+        ask.lap("retrieve_s", since)
+        reviewed = await asyncio.to_thread(
+            self.reviews.reviewed_answer, ask.question, ask.index, retrieval.version
+        )
+        if reviewed is not None:
+            passages = [Passage(**p) for p in reviewed.passages]
+            yield PassagesEvent(passages, ask.index)
+            yield ResultEvent(self._reviewed(ask, reviewed, passages))
+            return
+        passages = retrieval.passages
+        if not passages:
+            yield PassagesEvent([], ask.index)
+            yield ResultEvent(self._result(ask, NO_ANSWER, [], abstain=retrieval.empty_reason))
+            return
+
+        plan = self.generator.plan(ask.question, passages, opts)
+        yield PassagesEvent(plan.passages, ask.index)
+        generation: Generation | None = None
+        async for piece in self.generator.stream(plan, ask.request_id):
+            if isinstance(piece, str):
+                yield TokenEvent(piece)
+            else:
+                generation = piece
+        assert generation is not None
+        ask.timings["generate_s"] = generation.generate_s
+        if generation.time_to_first_token_s is not None:
+            ask.timings["time_to_first_token_s"] = generation.time_to_first_token_s
+        if generation.queue_s is not None:
+            ask.timings["queue_s"] = generation.queue_s
+        answer = generation.answer.text.strip()
+        if citations.is_declined(answer):
+            reason = "the model found no answer in the passages"
+            yield ResultEvent(
+                self._result(ask, NO_ANSWER, plan.passages, generation.usage, abstain=reason)
+            )
+            return
+        if self.checker is None:
+            yield ResultEvent(self._result(ask, answer, plan.passages, generation.usage))
+            return
+        checked, verification = await self._check(ask, answer, plan.passages, generation)
+        yield ResultEvent(
+            await self._act(
+                ask, retrieval, answer, plan.passages, generation, checked, verification
+            )
+        )
+
+    async def _check(
+        self, ask: _Ask, answer: str, passages: list[Passage], generation: Generation
+    ) -> tuple[Checked, float | None]:
+        """The check stage: self-verification (if on), the guards and the confidence."""
+        assert self.checker is not None
+        verification = None
+        if self.verifier is not None:
+            since = time.perf_counter()
+            verification = await self.verifier.score(
+                ask.question, passages, answer, f"{ask.request_id}-verify-{uuid.uuid4().hex[:8]}"
+            )
+            ask.lap("verify_s", since)
+        since = time.perf_counter()
+        samples = [candidate(c) for c in generation.completions]
+        checked = await asyncio.to_thread(
+            self.checker.check,
+            ask.question,
+            samples[0],
+            samples,
+            passages,
             verification=verification,
         )
-        return self._apply(result, checked, [c.text.strip() for c in samples], version)
+        ask.lap("guards_s", since)
+        return checked, verification
 
-    def _sampling_params(self, options: AskOptions) -> list[SamplingParams]:
-        """The answer's parameters, then (with ``num_candidates`` > 1) those of the extra samples
-        the guards compare it with: one request each, sharing the prompt's KV blocks."""
-        s = self.settings
-        temperature = s.temperature if options.temperature is None else options.temperature
-        try:
-            answer = SamplingParams(
-                temperature=temperature,
-                max_tokens=s.max_tokens if options.max_tokens is None else options.max_tokens,
-                seed=options.seed,
-                stop_check=LoopStop() if s.stop_on_loop else None,
-            )
-            if s.num_candidates == 1:
-                return [answer]
-            seed = None if options.seed is None else options.seed + 1
-            samples = replace(
-                answer,
-                n=s.num_candidates - 1,
-                temperature=s.candidate_temperature,
-                max_tokens=min(answer.max_tokens, s.candidate_max_tokens),
-                seed=seed,
-            )
-            return [answer, samples]
-        except ValueError as exc:
-            raise InvalidInputError(str(exc)) from exc
-
-    def _policy(self, options: AskOptions) -> Policy | None:
-        """The checker's policy with this request's thresholds, validated before any work."""
-        if self.checker is None or (options.abstain_below is None and options.review_below is None):
-            return None
-        try:
-            return replace(
-                self.checker.policy,
-                abstain_below=self.checker.policy.abstain_below
-                if options.abstain_below is None
-                else options.abstain_below,
-                review_below=self.checker.policy.review_below
-                if options.review_below is None
-                else options.review_below,
-            )
-        except ValueError as exc:
-            raise InvalidInputError(str(exc)) from exc
-
-    def _reviewed(
+    async def _act(
         self,
-        request_id: str,
-        question: str,
-        reviewed: CachedAnswer,
-        timings: dict[str, float],
-        started: float,
-        index_name: str,
+        ask: _Ask,
+        retrieval: Retrieval,
+        answer: str,
+        passages: list[Passage],
+        generation: Generation,
+        checked: Checked,
+        verification: float | None,
     ) -> Result:
-        """A reviewer's approved (or edited) answer to this question on this index version."""
-        timings["total_s"] = time.perf_counter() - started
-        passages = [Passage(**p) for p in reviewed.passages]
+        """The decide and act stages: answer, withhold, or queue for a person; the Result."""
+        assert self.checker is not None
+        decision = self.checker.decide(checked, ask.policy)
+        withheld = decision.action is Action.ABSTAIN
         result = self._result(
-            request_id, question, reviewed.answer, passages, None, timings, Usage(), index_name
+            ask,
+            NO_ANSWER if withheld else answer,
+            passages,
+            generation.usage,
+            abstain="; ".join(decision.reasons) if withheld else None,
+            decision=decision.action,
+            reasons=decision.reasons,
+            checked=checked,
+            samples=[
+                Sample(c.text.strip(), list(c.logprobs), finish_reason(c))
+                for c in generation.completions
+            ],
+            verification=verification,
         )
+        if decision.action is not Action.REVIEW:
+            return result
+        # Shielded: once the item is being written, a caller leaving does not half-finish it.
+        review_id = await asyncio.shield(
+            asyncio.to_thread(self.reviews.queue, result, retrieval.version)
+        )
+        return replace(result, review_id=review_id)
+
+    def _reviewed(self, ask: _Ask, reviewed: CachedAnswer, passages: list[Passage]) -> Result:
+        """A reviewer's approved (or edited) answer to this question on this index version."""
         reason = f"approved by reviewer {reviewed.reviewer} (review {reviewed.review_id})"
-        return replace(
-            result,
-            decision=Action.ANSWER.value,
-            decision_reasons=[reason],
-            review_id=reviewed.review_id,
+        return self._result(
+            ask, reviewed.answer, passages, reasons=[reason], review_id=reviewed.review_id
         )
-
-    def _apply(
-        self, result: Result, checked: Checked, candidates: list[str], version: str
-    ) -> Result:
-        """Attach the guards' verdicts and act on the decision."""
-        decision = checked.decision
-        result = replace(
-            result,
-            confidence=checked.confidence,
-            decision=decision.action.value,
-            decision_reasons=decision.reasons,
-            guard_results=checked.verdicts(),
-            confidence_signals=checked.signals,
-        )
-        if decision.action is Action.ABSTAIN:
-            reason = "; ".join(decision.reasons)
-            return replace(
-                result, answer=NO_ANSWER, citations=[], abstained=True, abstain_reason=reason
-            )
-        if decision.action is Action.REVIEW:
-            assert self.checker is not None
-            review_id = self.checker.queue_for_review(
-                result.question,
-                result.answer,
-                checked,
-                result.passages,
-                candidates=candidates,
-                index_name=result.index,
-                index_version=version,
-                request_id=result.request_id,
-            )
-            return replace(result, review_id=review_id)
-        return result
-
-    def _fit_prompt(self, question: str, passages: list[Passage], max_tokens: int) -> str:
-        """The grounded prompt, dropping the least relevant passages (in place) until the prompt
-        and the answer fit the model's context window."""
-        room = self.generator.max_model_len - max_tokens
-        while True:
-            prompt = self.generator.apply_chat_template(build_messages(question, passages))
-            if self.generator.count_tokens(prompt) <= room:
-                return prompt
-            if len(passages) == 1:
-                raise InvalidInputError(
-                    f"the question and its best passage do not fit the model's "
-                    f"{self.generator.max_model_len}-token context with max_tokens={max_tokens}"
-                )
-            passages.pop()
 
     def _result(
         self,
-        request_id: str,
-        question: str,
+        ask: _Ask,
         answer: str,
         passages: list[Passage],
-        abstain_reason: str | None,
-        timings: dict[str, float],
-        usage: Usage,
-        index_name: str,
+        usage: Usage | None = None,
+        *,
+        abstain: str | None = None,
+        decision: Action | None = None,
+        reasons: list[str] | None = None,
+        checked: Checked | None = None,
+        samples: list[Sample] | None = None,
+        verification: float | None = None,
+        review_id: str | None = None,
     ) -> Result:
+        ask.timings["total_s"] = time.perf_counter() - ask.started
+        if decision is None:
+            decision = Action.ABSTAIN if abstain is not None else Action.ANSWER
         logger.info(
-            "request %s: index=%s passages=%d abstained=%s total=%.2fs",
-            request_id,
-            index_name,
+            "request %s: index=%s passages=%d decision=%s total=%.2fs",
+            ask.request_id,
+            ask.index,
             len(passages),
-            abstain_reason is not None,
-            timings["total_s"],
+            decision.value,
+            ask.timings["total_s"],
         )
         return Result(
-            question=question,
+            question=ask.question,
             answer=answer,
-            citations=citations.attribute(answer, passages) if abstain_reason is None else [],
+            citations=citations.attribute(answer, passages) if abstain is None else [],
             passages=passages,
-            abstained=abstain_reason is not None,
-            abstain_reason=abstain_reason,
-            decision="abstain" if abstain_reason is not None else "answer",
-            decision_reasons=[abstain_reason] if abstain_reason is not None else [],
-            timings=timings,
-            usage=usage,
-            model=self.generator.model_name,
-            index=index_name,
-            request_id=request_id,
+            abstained=abstain is not None,
+            abstain_reason=abstain,
+            timings=dict(ask.timings),
+            usage=usage or Usage(),
+            model=self.engine.model_name,
+            index=ask.index,
+            request_id=ask.request_id,
+            confidence=checked.confidence if checked is not None else None,
+            decision=decision,
+            decision_reasons=reasons if reasons is not None else ([abstain] if abstain else []),
+            guard_results=checked.verdicts() if checked is not None else [],
+            confidence_signals=checked.signals if checked is not None else {},
+            samples=samples or [],
+            verification=verification,
+            review_id=review_id,
         )
+
+
+def engine_config(settings: Settings) -> EngineConfig:
+    """The engine configuration the settings describe."""
+    return EngineConfig(
+        model=settings.model,
+        dtype=settings.dtype,
+        device=settings.device,
+        max_num_seqs=settings.max_batch_size,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        kv_cache_memory_bytes=settings.kv_cache_memory_mb << 20,
+        reserve_max_tokens=settings.reserve_max_tokens,
+        cuda_graphs=settings.cuda_graphs,
+        cache_dir=settings.model_cache_dir,
+        allow_hub=settings.allow_hub,
+    )

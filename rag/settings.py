@@ -44,6 +44,27 @@ class Settings(BaseSettings):
         False, description="engine replays decode steps as CUDA graphs (CUDA devices only)"
     )
 
+    # Serving
+    request_timeout_s: float | None = Field(
+        300.0,
+        gt=0,
+        description="deadline of one question (a request may ask for less); past it the "
+        "generation stops and the server answers 504. Empty: no deadline",
+    )
+    max_concurrent_questions: int = Field(
+        16, ge=1, le=4096, description="questions the server works on at once"
+    )
+    max_waiting_questions: int = Field(
+        64,
+        ge=0,
+        le=100_000,
+        description="questions that may wait for a free slot; beyond that the server answers "
+        "429 with Retry-After",
+    )
+    shutdown_grace_s: float = Field(
+        30.0, ge=0, description="on shutdown, how long in-flight questions may still finish"
+    )
+
     # Index and ingestion
     index_dir: Path = Field(Path("indexes"), description="folder holding one sub-folder per index")
     index_name: str = Field("demo", description="index used when a request names none")

@@ -5,6 +5,27 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from guards.policy import Action
+
+
+@dataclass(frozen=True, slots=True)
+class AskOptions:
+    """Per-question options; None falls back to the pipeline's settings."""
+
+    index: str | None = None
+    top_k: int | None = None
+    min_score: float | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    seed: int | None = None
+    abstain_below: float | None = None
+    """Confidence under which this answer is withheld (overrides the policy's threshold)."""
+    review_below: float | None = None
+    """Confidence under which this answer goes to a reviewer (overrides the policy's)."""
+    timeout_s: float | None = None
+    """Deadline for the whole answer; past it the generation stops and
+    ``DeadlineExceededError`` is raised (None: the settings' ``request_timeout_s``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Passage:
@@ -77,7 +98,7 @@ class Result:
     request_id: str
     confidence: float | None = None
     """Probability that the answer is right (calibrated when a fitted model is configured)."""
-    decision: str = "answer"
+    decision: Action = Action.ANSWER
     """answer, abstain or review."""
     decision_reasons: list[str] = field(default_factory=list)
     guard_results: list[GuardVerdict] = field(default_factory=list)
@@ -109,7 +130,7 @@ class Result:
             index=data["index"],
             request_id=data["request_id"],
             confidence=data.get("confidence"),
-            decision=data.get("decision", "answer"),
+            decision=Action(data.get("decision", "answer")),
             decision_reasons=list(data.get("decision_reasons", [])),
             guard_results=[GuardVerdict(**g) for g in data.get("guard_results", [])],
             review_id=data.get("review_id"),
@@ -117,3 +138,28 @@ class Result:
             samples=[Sample(**c) for c in data.get("samples", [])],
             verification=data.get("verification"),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class PassagesEvent:
+    """First event of a streamed answer: the passages shown to the model."""
+
+    passages: list[Passage]
+    index: str
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """A piece of the answer's text, as generated (before the guards have looked at it)."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResultEvent:
+    """Last event: the checked answer with citations, confidence, decision and review id."""
+
+    result: Result
+
+
+AskEvent = PassagesEvent | TokenEvent | ResultEvent

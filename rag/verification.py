@@ -12,7 +12,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from engine import Generator, SamplingParams
+from engine import SamplingParams
+from engine.client import EngineClient, generate_all
 from rag.prompt import build_messages
 from rag.types import Passage
 
@@ -36,11 +37,11 @@ def _word_token_ids(tokenizer: Any, words: Sequence[str]) -> frozenset[int]:
 class SelfVerifier:
     """P(yes) that an answer is correct, asked of the generator that wrote it."""
 
-    def __init__(self, generator: Generator):
-        self.generator = generator
-        tokenizer = getattr(generator, "tokenizer", None)
+    def __init__(self, engine: EngineClient):
+        self.engine = engine
+        tokenizer = engine.tokenizer
         if tokenizer is None:
-            raise ValueError(f"{type(generator).__name__} exposes no tokenizer to read yes/no")
+            raise ValueError(f"{type(engine).__name__} exposes no tokenizer to read yes/no")
         self.yes_ids = _word_token_ids(tokenizer, ["yes"])
         self.no_ids = _word_token_ids(tokenizer, ["no"])
         if not self.yes_ids or not self.no_ids:
@@ -54,12 +55,15 @@ class SelfVerifier:
             {"role": "assistant", "content": answer},
             {"role": "user", "content": VERIFY_QUESTION},
         ]
-        return self.generator.apply_chat_template(messages)
+        return self.engine.apply_chat_template(messages)
 
-    def score(self, question: str, passages: list[Passage], answer: str) -> float | None:
+    async def score(
+        self, question: str, passages: list[Passage], answer: str, request_id: str | None = None
+    ) -> float | None:
         """P(yes) / (P(yes) + P(no)) at the first answer token; None when neither is in sight."""
-        output = self.generator.generate([self.prompt(question, passages, answer)], self.params)
-        completion = output[0].outputs[0]
+        prompt = self.prompt(question, passages, answer)
+        output = await generate_all(self.engine, prompt, self.params, request_id)
+        completion = output.outputs[0]
         top = (completion.top_logprobs or [{}])[0] or {}
         if completion.token_ids and completion.logprobs:  # the chosen token is always known
             top = {**top, completion.token_ids[0]: completion.logprobs[0]}

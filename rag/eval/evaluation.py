@@ -51,32 +51,58 @@ def versions(pipeline: Any) -> dict[str, str]:
             found[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             continue
-    found["model"] = pipeline.generator.model_name
+    found["model"] = pipeline.engine.model_name
     found["embedding_model"] = pipeline.embedder.model_id
     return found
 
 
 class _Models:
-    """Loaded generators and embedders, shared by configurations that need the same ones."""
+    """Loaded generators and embedders, shared by configurations that need the same ones. The
+    engine clients it loads are its own: ``close`` shuts them down."""
 
     def __init__(self, embedder: Any = None, generator: Any = None):
         self.given = (embedder, generator)
         self.loaded: dict[tuple[Any, ...], Any] = {}
 
     def pipeline(self, settings: Settings) -> Any:
-        from rag.pipeline import Pipeline
+        from engine.client import build_engine_client
+        from rag.embed import Embedder
+        from rag.pipeline import Pipeline, engine_config
 
         embedder, generator = self.given
-        embedder = embedder or self.loaded.get(("embedder", *embedder_key(settings)))
-        generator = generator or self.loaded.get(("generator", *engine_key(settings)))
-        if embedder is not None and generator is not None:
-            return Pipeline(settings, embedder, generator)
-        pipeline = Pipeline.from_settings(settings)
-        self.loaded = {
-            ("embedder", *embedder_key(settings)): pipeline.embedder,
-            ("generator", *engine_key(settings)): pipeline.generator,
-        }  # one of each at a time: models are large
-        return pipeline
+        embedder_at, engine_at = (
+            ("embedder", *embedder_key(settings)),
+            (
+                "generator",
+                *engine_key(settings),
+            ),
+        )
+        if embedder is None and embedder_at not in self.loaded:
+            self._evict("embedder")
+            config = engine_config(settings)
+            self.loaded[embedder_at] = Embedder(
+                settings.embedding_model,
+                device=config.resolved_device(),
+                allow_hub=settings.allow_hub,
+            )
+        if generator is None and engine_at not in self.loaded:
+            self._evict("generator")  # one of each at a time: models are large
+            self.loaded[engine_at] = build_engine_client(
+                engine_config(settings), settings.generator
+            )
+        return Pipeline(
+            settings, embedder or self.loaded[embedder_at], generator or self.loaded[engine_at]
+        )
+
+    def _evict(self, kind: str) -> None:
+        for key in [k for k in self.loaded if k[0] == kind]:
+            model = self.loaded.pop(key)
+            if kind == "generator":
+                model.shutdown()
+
+    def close(self) -> None:
+        self._evict("generator")
+        self.loaded.clear()
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,33 +284,35 @@ def evaluate(
     if index or source.prepared:
         base["index_name"] = index or source.name
     options = RunOptions(seed, threads, restart, show_progress, stop_after)
-    run = Evaluation(
-        source, source.items[:limit], out_dir, base, options, _Models(embedder, generator), say
-    )
-    run.check(configs)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if source.prepared is not None:
-        write_items(source.items, out_dir / "dataset.jsonl")
-    results = run.header(dataset, limit, command)
-    entries, latencies, interrupted = [], {}, False
-    with tempfile.TemporaryDirectory(prefix="ragguard-eval-") as state:
-        for config in configs:
-            outcome = run.run(config, Path(state) / config.name)
-            entries.append(outcome.entry)
-            latencies[config.name] = outcome.latencies
-            if outcome.interrupted:
-                interrupted = True
-                break
-    results.update(
-        index=entries[0]["index"] if entries else None,
-        versions=run.versions,
-        configs=entries,
-        interrupted=interrupted,
-    )
-    write_results(results, out_dir / "results.json")
-    write_report(results, latencies, out_dir / "report.html")
-    (out_dir / "summary.md").write_text(render_markdown(clean(results)), encoding="utf-8")
-    return results
+    models = _Models(embedder, generator)
+    run = Evaluation(source, source.items[:limit], out_dir, base, options, models, say)
+    try:
+        run.check(configs)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if source.prepared is not None:
+            write_items(source.items, out_dir / "dataset.jsonl")
+        results = run.header(dataset, limit, command)
+        entries, latencies, interrupted = [], {}, False
+        with tempfile.TemporaryDirectory(prefix="ragguard-eval-") as state:
+            for config in configs:
+                outcome = run.run(config, Path(state) / config.name)
+                entries.append(outcome.entry)
+                latencies[config.name] = outcome.latencies
+                if outcome.interrupted:
+                    interrupted = True
+                    break
+        results.update(
+            index=entries[0]["index"] if entries else None,
+            versions=run.versions,
+            configs=entries,
+            interrupted=interrupted,
+        )
+        write_results(results, out_dir / "results.json")
+        write_report(results, latencies, out_dir / "report.html")
+        (out_dir / "summary.md").write_text(render_markdown(clean(results)), encoding="utf-8")
+        return results
+    finally:
+        models.close()
 
 
 def _check_against(pipeline: Any, settings: Settings, graph: Any) -> None:
@@ -292,7 +320,7 @@ def _check_against(pipeline: Any, settings: Settings, graph: Any) -> None:
     if settings.knowledge_graph is None:
         from rag.guarding import AnswerChecker
 
-        pipeline.checker = AnswerChecker(settings, pipeline.embedder, pipeline.reviews, graph=graph)
+        pipeline.checker = AnswerChecker(settings, pipeline.embedder, graph=graph)
 
 
 def _visible(settings: Settings) -> dict[str, Any]:

@@ -25,8 +25,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from engine.errors import EngineError
-from engine.outputs import CompletionOutput
-from guards import GuardResult, Outcome
+from guards import Candidate, GuardResult, Outcome
 from rag.errors import InvalidInputError, RagGuardError
 from rag.eval.dataset import EvalItem
 from rag.eval.records import (
@@ -37,7 +36,6 @@ from rag.eval.records import (
     verdict_record,
 )
 from rag.pipeline import AskOptions, Pipeline
-from rag.retriever import VectorRetriever
 from rag.types import GuardVerdict, Passage
 
 logger = logging.getLogger(__name__)
@@ -174,7 +172,7 @@ class Runner:
 
     def _retrieve(self, question: str, top_k: int) -> list[Passage]:
         name = self.index_name or self.pipeline.settings.index_name
-        return VectorRetriever(self.pipeline.collections.get(name)).retrieve(question, top_k)
+        return self.pipeline.retriever.run(question, name, top_k, min_score=-1.0).ranked
 
     def _generate(self, item: EvalItem) -> dict[str, Any]:
         checker = self.pipeline.checker
@@ -189,7 +187,7 @@ class Runner:
             else {}
         )
         declined = result.confidence is None and result.abstained
-        decision, reasons = result.decision, result.decision_reasons
+        decision, reasons = result.decision.value, result.decision_reasons
         if checker is not None and result.confidence is not None:
             decision, reasons = self._decide(result.guard_results, result.confidence)
         return {
@@ -230,12 +228,13 @@ class Runner:
         }
         checker = self.pipeline.checker
         if checker is not None:
-            completion = CompletionOutput(0, item.answer, [], [])
-            checked = checker.check(item.question, completion, [completion], passages)
+            given = Candidate(item.answer.strip())
+            checked = checker.check(item.question, given, [given], passages)
+            decision = checker.decide(checked)
             record.update(
                 confidence=checked.confidence,
-                decision=checked.decision.action.value,
-                decision_reasons=checked.decision.reasons,
+                decision=decision.action.value,
+                decision_reasons=decision.reasons,
                 guards=[verdict_record(v) for v in checked.verdicts()],
             )
         record["timings"] = {"guards_s": time.perf_counter() - started}

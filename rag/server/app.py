@@ -17,11 +17,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.errors import EngineError
 from guards.review import ReviewError
-from rag.errors import AuthenticationError, RagGuardError
+from rag.errors import AuthenticationError, OverloadedError, RagGuardError
 from rag.pipeline import Pipeline
 from rag.reviews import open_review_store
 from rag.server import page
 from rag.server.auth import KeyStore, Role, require
+from rag.server.disconnect import ClientDisconnected
 from rag.server.routers import ask, documents, health, keys, metrics, reviews
 from rag.server.state import ServerState, ensure_demo_index
 from rag.settings import Settings
@@ -34,6 +35,7 @@ def _load(state: ServerState) -> None:
     pipeline = Pipeline.from_settings(state.settings)
     if state.settings.build_demo_index and state.settings.index_name == "demo":
         ensure_demo_index(pipeline)
+    state.telemetry.watch_engine(pipeline.engine.stats)
     state.pipeline = pipeline
 
 
@@ -56,7 +58,14 @@ def _add_exception_handlers(app: FastAPI) -> None:
         response = _error(exc.status_code, exc.error_type, str(exc))
         if isinstance(exc, AuthenticationError):
             response.headers["www-authenticate"] = "Bearer"
+        if isinstance(exc, OverloadedError):
+            response.headers["retry-after"] = str(exc.retry_after_s)
+            request.app.state.ragguard.telemetry.rejected.inc()
         return response
+
+    @app.exception_handler(ClientDisconnected)
+    async def client_gone(request: Request, exc: ClientDisconnected) -> Response:
+        return Response(status_code=499)  # nobody reads it; logged as "client closed request"
 
     @app.exception_handler(ReviewError)
     async def review_error(request: Request, exc: ReviewError) -> JSONResponse:
@@ -99,7 +108,9 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
         logger.info("authentication: %s", "API keys required" if state.keys.is_enabled else "off")
         # Reviewers can work while the model loads: the queue does not need it.
         own_reviews = None if pipeline else await run_in_threadpool(open_review_store, s)
-        state.reviews = pipeline.reviews if pipeline else own_reviews
+        state.reviews = pipeline.reviews.store if pipeline else own_reviews
+        if pipeline is not None:
+            state.telemetry.watch_engine(pipeline.engine.stats)
         # Load in the background so that /healthz and /readyz answer while the model loads.
         task = None if state.pipeline else asyncio.create_task(_load_in_background(state))
         try:
@@ -107,8 +118,10 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
         finally:
             if task is not None:
                 task.cancel()
+            if not await state.admission.drain(s.shutdown_grace_s):
+                logger.warning("shutdown: questions still at work after %.0f s", s.shutdown_grace_s)
             if state.pipeline is not None and pipeline is None:
-                state.pipeline.close()
+                await run_in_threadpool(state.pipeline.close)
             if own_reviews is not None:
                 own_reviews.close()
             state.keys.close()

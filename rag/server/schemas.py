@@ -8,8 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rag.collection import IngestReport
 from rag.index_records import DocumentInfo, IndexInfo
-from rag.pipeline import AskOptions
-from rag.types import Result
+from rag.types import AskOptions, Result
 
 
 class AskRequest(BaseModel):
@@ -38,6 +37,17 @@ class AskRequest(BaseModel):
     review_below: float | None = Field(
         None, ge=0.0, le=1.0, description="send the answer to review under this confidence"
     )
+    timeout_s: float | None = Field(
+        None,
+        gt=0.0,
+        le=3600.0,
+        description="deadline for the answer (default: the server's RAGGUARD_REQUEST_TIMEOUT_S); "
+        "past it the generation stops and the answer is a 504",
+    )
+    stream: bool = Field(
+        False,
+        description="answer as server-sent events: passages, token deltas, then the result",
+    )
 
     def to_options(self) -> AskOptions:
         return AskOptions(
@@ -49,6 +59,7 @@ class AskRequest(BaseModel):
             seed=self.seed,
             abstain_below=self.abstain_below,
             review_below=self.review_below,
+            timeout_s=self.timeout_s,
         )
 
 

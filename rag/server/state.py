@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
@@ -12,7 +12,9 @@ from fastapi import Depends, Request
 from guards.review import ReviewStore
 from rag.errors import NotReadyError
 from rag.pipeline import Pipeline
+from rag.server.admission import Admission
 from rag.server.auth import KeyStore
+from rag.server.telemetry import Telemetry
 from rag.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -49,6 +51,15 @@ class ServerState:
     """Opened by the lifespan."""
     reviews: ReviewStore | None = None
     """The pipeline's review store, or (while the model loads) the server's own connection."""
+    telemetry: Telemetry = field(default_factory=Telemetry)
+    admission: Admission = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.admission = Admission(
+            self.settings.max_concurrent_questions,
+            self.settings.max_waiting_questions,
+            self.telemetry.load,
+        )
 
 
 def get_state(request: Request) -> ServerState:

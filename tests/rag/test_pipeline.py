@@ -29,7 +29,7 @@ def test_irrelevant_question_abstains_without_calling_the_model(demo_pipeline, m
     def no_generation(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise AssertionError("the model must not be called")
 
-    monkeypatch.setattr(demo_pipeline.generator, "generate", no_generation)
+    monkeypatch.setattr(demo_pipeline.engine, "generate", no_generation)
     result = demo_pipeline.ask("Who won the 1998 football world cup final?")
     assert result.abstained and "min_score" in result.abstain_reason
     assert result.citations == [] and result.passages == []
@@ -74,8 +74,7 @@ def test_citation_attribution() -> None:
 
 
 def test_passages_are_dropped_until_the_prompt_fits_the_context(demo_pipeline, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    generator = demo_pipeline.generator
-    monkeypatch.setattr(generator, "max_model_len", 700)
+    monkeypatch.setattr(demo_pipeline.engine.engine, "max_model_len", 700)
     result = demo_pipeline.ask(
         "How do batching and the KV cache interact?", top_k=8, min_score=0.0, max_tokens=8
     )
@@ -132,11 +131,12 @@ def test_the_transformers_generator_is_a_drop_in_replacement(demo_pipeline, gene
 
 
 def test_settings_choose_the_generator_backend() -> None:
-    from engine import build_generator
+    from engine.client import backends, build_engine_client
     from engine.config import EngineConfig
 
+    assert {"engine", "hf"} <= set(backends())
     with pytest.raises(ValueError, match="unknown generator backend"):
-        build_generator(EngineConfig(), "vllm")
+        build_engine_client(EngineConfig(), "vllm")
 
 
 def test_every_answer_is_checked_and_decided(demo_pipeline) -> None:  # type: ignore[no-untyped-def]
@@ -157,7 +157,7 @@ def test_self_verification_asks_the_generator_on_the_shared_prefix(demo_pipeline
     from rag.pipeline import Pipeline
 
     settings = demo_pipeline.settings.model_copy(update={"self_verification": True})
-    pipeline = Pipeline(settings, demo_pipeline.embedder, demo_pipeline.generator)
+    pipeline = Pipeline(settings, demo_pipeline.embedder, demo_pipeline.engine)
     try:
         result = pipeline.ask("What does a KV cache avoid recomputing?")
     finally:

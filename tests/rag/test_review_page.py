@@ -167,7 +167,7 @@ def test_a_second_reviewer_rates_resolved_items_from_the_page(
     server: str, page, demo_pipeline
 ) -> None:  # type: ignore[no-untyped-def]
     expect = sync_api.expect
-    demo_pipeline.reviews.min_ratings = 2
+    demo_pipeline.reviews.store.min_ratings = 2
     ask = httpx.Client(base_url=server, timeout=120)
     flagged = ask.post(
         "/v1/ask", json={"question": "What is speculative decoding?", "max_tokens": 12}

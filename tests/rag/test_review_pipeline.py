@@ -12,7 +12,7 @@ def test_an_edited_answer_is_served_until_the_index_changes(demo_pipeline) -> No
     demo_pipeline.checker.policy = Policy(abstain_below=0.0, review_below=1.0)
     flagged = demo_pipeline.ask(question, max_tokens=8)
     assert flagged.decision == "review" and flagged.review_id
-    reviews = demo_pipeline.reviews
+    reviews = demo_pipeline.reviews.store
     reviews.claim(flagged.review_id, "ann")
     reviews.resolve(
         flagged.review_id,

@@ -282,18 +282,3 @@ def test_an_unreadable_index_is_left_out_of_the_listing(client: TestClient, demo
     assert listed.status_code == 200
     assert [i["name"] for i in listed.json()] == ["demo"]
     assert client.get("/v1/indexes/other-model").status_code == 409
-
-
-def test_metrics_expose_the_engine_counters(client: TestClient) -> None:
-    client.post(
-        "/v1/ask", json={"question": "What does a KV cache avoid recomputing?", "max_tokens": 4}
-    )
-    text = client.get("/metrics").text
-    values = {
-        line.split()[0]: float(line.split()[1])
-        for line in text.splitlines()
-        if line and not line.startswith("#")
-    }
-    assert values["ragguard_engine_num_kv_blocks"] > 0
-    assert values["ragguard_engine_num_generated_tokens"] >= 1
-    assert "# TYPE ragguard_engine_num_running gauge" in text

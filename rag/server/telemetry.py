@@ -1,0 +1,156 @@
+"""Prometheus metrics, vLLM's set under our prefix (``ragguard:``), one registry per app.
+
+Latencies are observed where the user sees them, on the server's stream of answer events:
+time to first token and end-to-end from the request's arrival, gaps between token events, and
+queue time (waiting for a slot, then for the engine's first step). Engine gauges and counters
+are read from the engine client's stats at scrape time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from engine.llm_engine import EngineStats
+from guards import Action
+from rag.types import AskEvent, ResultEvent, TokenEvent
+
+PREFIX = "ragguard:"
+_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320)
+_TOKEN_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5, 5)
+
+
+@dataclass(slots=True)
+class LoadCounts:
+    """Questions the server is working on and those waiting for a slot."""
+
+    running: int = 0
+    waiting: int = 0
+
+
+class _EngineCollector(Collector):
+    """Engine and admission state, read when Prometheus scrapes."""
+
+    def __init__(self, stats: Callable[[], EngineStats | None], load: Callable[[], LoadCounts]):
+        self.stats = stats
+        self.load = load
+
+    def collect(self) -> Iterator[Metric]:
+        load = self.load()
+        stats = self.stats()
+        engine_waiting = stats.num_waiting if stats is not None else 0
+        yield _gauge("num_requests_running", "questions being answered", load.running)
+        yield _gauge(
+            "num_requests_waiting",
+            "questions waiting for a slot plus engine sequences waiting to be scheduled",
+            load.waiting + engine_waiting,
+        )
+        if stats is None:
+            return
+        yield _gauge("num_sequences_running", "sequences in the engine's batch", stats.num_running)
+        used = stats.num_kv_blocks_used / stats.num_kv_blocks if stats.num_kv_blocks else 0.0
+        yield _gauge("kv_cache_usage_perc", "share of KV-cache blocks in use (0-1)", used)
+        yield _counter("prompt_tokens", "prompt tokens processed", stats.num_prompt_tokens)
+        yield _counter("generation_tokens", "tokens generated", stats.num_generated_tokens)
+        yield _counter("prefix_cache_queries", "prompt blocks looked up", stats.num_prefix_queries)
+        yield _counter("prefix_cache_hits", "prompt blocks found cached", stats.num_prefix_hits)
+        yield _counter(
+            "num_preemptions", "sequences preempted for lack of KV blocks", stats.num_preemptions
+        )
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(PREFIX + name, doc, value=value)
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(PREFIX + name, doc, value=value)
+
+
+@dataclass(slots=True)
+class Telemetry:
+    """The app's metrics; ``track`` observes one question's event stream."""
+
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    load: LoadCounts = field(default_factory=LoadCounts)
+    ttft: Histogram = field(init=False)
+    itl: Histogram = field(init=False)
+    e2e: Histogram = field(init=False)
+    queue: Histogram = field(init=False)
+    rejected: Counter = field(init=False)
+    decisions: Counter = field(init=False)
+    guard_outcomes: Counter = field(init=False)
+    reviews_queued: Counter = field(init=False)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.ttft = Histogram(
+            PREFIX + "time_to_first_token_seconds",
+            "arrival to the first token sent",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            PREFIX + "inter_token_latency_seconds",
+            "gap between consecutive token events",
+            buckets=_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            PREFIX + "e2e_request_latency_seconds",
+            "arrival to the final answer",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue = Histogram(
+            PREFIX + "request_queue_time_seconds",
+            "time waiting for a slot and for the engine's first step",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.rejected = Counter(
+            PREFIX + "request_rejected", "questions refused (429) under overload", registry=r
+        )
+        self.decisions = Counter(
+            PREFIX + "decisions", "answers by decision", ["decision"], registry=r
+        )
+        self.guard_outcomes = Counter(
+            PREFIX + "guard_outcomes", "guard verdicts", ["guard", "outcome"], registry=r
+        )
+        self.reviews_queued = Counter(
+            PREFIX + "review_items_queued", "answers queued for human review", registry=r
+        )
+
+    def watch_engine(self, stats: Callable[[], EngineStats | None]) -> None:
+        """Expose the engine's gauges and counters (once, when the engine is loaded)."""
+        self.registry.register(_EngineCollector(stats, lambda: self.load))
+
+    async def track(
+        self, events: AsyncIterator[AskEvent], arrival: float, slot_wait_s: float
+    ) -> AsyncIterator[AskEvent]:
+        """Pass the events on, observing latencies and the final decision."""
+        last_token: float | None = None
+        async for event in events:
+            now = time.perf_counter()
+            if isinstance(event, TokenEvent):
+                if last_token is None:
+                    self.ttft.observe(now - arrival)
+                else:
+                    self.itl.observe(now - last_token)
+                last_token = now
+            elif isinstance(event, ResultEvent):
+                result = event.result
+                self.e2e.observe(now - arrival)
+                engine_queue = result.timings.get("queue_s", 0.0)
+                self.queue.observe(slot_wait_s + engine_queue)
+                self.decisions.labels(result.decision.value).inc()
+                for verdict in result.guard_results:
+                    self.guard_outcomes.labels(verdict.name, verdict.outcome).inc()
+                if result.decision is Action.REVIEW and result.review_id is not None:
+                    self.reviews_queued.inc()
+            yield event

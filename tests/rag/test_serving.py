@@ -1,0 +1,257 @@
+"""Serving over the async engine: streaming, disconnects, backpressure, deadlines, metrics.
+
+A live uvicorn server on 127.0.0.1 (real sockets, so a client can really hang up) over the real
+pipeline and engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from rag import AsyncClient, Client
+from rag.errors import DeadlineExceededError, OverloadedError
+from rag.server import create_app
+from rag.types import PassagesEvent, ResultEvent, TokenEvent
+
+QUESTION = "What does a KV cache avoid recomputing?"
+
+
+@dataclass
+class Live:
+    url: str
+    pipeline: Any
+    state: Any
+    """The app's ServerState."""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def live(demo_pipeline) -> Iterator[Live]:  # type: ignore[no-untyped-def]
+    port = _free_port()
+    app = create_app(pipeline=demo_pipeline)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "server did not start"
+        time.sleep(0.05)
+    yield Live(f"http://127.0.0.1:{port}", demo_pipeline, app.state.ragguard)
+    server.should_exit = True
+    thread.join(timeout=15)
+
+
+def metrics(url: str) -> dict[str, float]:
+    text = httpx.get(f"{url}/metrics").text
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return values
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.05)
+
+
+def sse(response: httpx.Response) -> Iterator[tuple[str, dict]]:  # type: ignore[type-arg]
+    event = "message"
+    for line in response.iter_lines():
+        if line.startswith("event:"):
+            event = line.split(":", 1)[1].strip()
+        elif line.startswith("data:"):
+            yield event, json.loads(line.split(":", 1)[1])
+
+
+def test_streamed_answer_events_come_in_order_and_match_the_whole_answer(live: Live) -> None:
+    body = {"question": QUESTION, "max_tokens": 24, "stream": True}
+    with httpx.stream("POST", f"{live.url}/v1/ask", json=body, timeout=120) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = list(sse(response))
+    kinds = [k for k, _ in events]
+    assert kinds[0] == "passages" and kinds[-1] == "result"
+    assert set(kinds[1:-1]) == {"token"} and len(kinds) > 4
+    passages = events[0][1]["passages"]
+    assert passages and passages[0]["doc_id"] == "kv-cache.md"
+    result = events[-1][1]
+    streamed = "".join(data["text"] for kind, data in events if kind == "token")
+    assert streamed.strip() == result["answer"]  # guards passed: the answer is what streamed
+    assert result["decision"] == "answer" and result["citations"] and result["guard_results"]
+    whole = httpx.post(
+        f"{live.url}/v1/ask", json={"question": QUESTION, "max_tokens": 24}, timeout=120
+    ).json()
+    assert whole["answer"] == result["answer"]  # greedy: the same text either way
+
+
+def test_sdk_clients_iterate_over_the_stream(live: Live) -> None:
+    with Client(live.url) as client:
+        events = list(client.ask_stream(QUESTION, max_tokens=16))
+    assert isinstance(events[0], PassagesEvent) and isinstance(events[-1], ResultEvent)
+    tokens = "".join(e.text for e in events if isinstance(e, TokenEvent))
+    assert tokens.strip() == events[-1].result.answer
+
+    async def collect() -> list[object]:
+        async with AsyncClient(live.url) as client:
+            return [e async for e in client.ask_stream(QUESTION, max_tokens=16)]
+
+    async_events = asyncio.run(collect())
+    assert isinstance(async_events[-1], ResultEvent)
+    assert async_events[-1].result.answer == events[-1].result.answer
+
+
+def test_a_client_that_disconnects_stops_its_generation_and_queues_nothing(
+    live: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = live.pipeline.engine.engine
+    step = engine.step
+
+    def slow_step():  # type: ignore[no-untyped-def]
+        time.sleep(0.1)  # so the generation is surely still running when the client leaves
+        return step()
+
+    monkeypatch.setattr(engine, "step", slow_step)
+    before = metrics(live.url)["ragguard:generation_tokens_total"]
+    # Everything would go to review if it were answered: nothing may, as nobody is listening.
+    body = {"question": QUESTION, "max_tokens": 300, "review_below": 1.0, "abstain_below": 0.0}
+
+    # Streaming: read the first token, then hang up.
+    with httpx.stream("POST", f"{live.url}/v1/ask", json={**body, "stream": True}) as response:
+        for kind, _ in sse(response):
+            if kind == "token":
+                break
+    wait_until(lambda: metrics(live.url)["ragguard:num_requests_running"] == 0, "stream stopped")
+    wait_until(lambda: not engine.has_unfinished_requests(), "engine idle")
+
+    # Not streaming: a raw socket that sends the request, waits until it runs, and closes.
+    payload = json.dumps(body).encode()
+    host, port = live.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(
+            f"POST /v1/ask HTTP/1.1\r\nHost: {host}:{port}\r\n".encode()
+            + b"Content-Type: application/json\r\n"
+            + f"Content-Length: {len(payload)}\r\n\r\n".encode()
+            + payload
+        )
+        wait_until(
+            lambda: metrics(live.url)["ragguard:num_sequences_running"] >= 1, "generation started"
+        )
+    wait_until(lambda: metrics(live.url)["ragguard:num_sequences_running"] == 0, "abort")
+    wait_until(lambda: metrics(live.url)["ragguard:num_requests_running"] == 0, "slot freed")
+    assert engine.block_manager.num_used_blocks == 0
+    generated = metrics(live.url)["ragguard:generation_tokens_total"] - before
+    assert generated < 2 * 100, f"{generated} tokens generated for clients that left"
+    items, total = live.pipeline.reviews.store.list_items()
+    assert total == 0 and items == []
+
+
+def test_overload_is_refused_with_429_and_retry_after(
+    live: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rag.server.admission import Admission
+
+    # One slot and no waiting room; the first question holds the slot until released.
+    live.state.admission = Admission(1, 0, live.state.telemetry.load)
+    checker, checking, release = live.pipeline.checker, threading.Event(), threading.Event()
+    check = checker.check
+
+    def held_check(*args, **kwargs):  # type: ignore[no-untyped-def]
+        checking.set()
+        release.wait(timeout=120)
+        return check(*args, **kwargs)
+
+    monkeypatch.setattr(checker, "check", held_check)
+    body = {"question": QUESTION, "max_tokens": 8, "stream": True}
+    with httpx.stream("POST", f"{live.url}/v1/ask", json=body, timeout=120) as held:
+        assert checking.wait(timeout=120)  # the slot is taken: its answer is being checked
+        refused = httpx.post(f"{live.url}/v1/ask", json={"question": QUESTION}, timeout=30)
+        assert refused.status_code == 429
+        assert int(refused.headers["retry-after"]) >= 1
+        assert refused.json()["error"] == "overloaded"
+        streamed = httpx.post(f"{live.url}/v1/ask", json={**body}, timeout=30)
+        assert streamed.status_code == 429  # a stream is refused before it starts, too
+        with Client(live.url) as client, pytest.raises(OverloadedError) as caught:
+            client.ask(QUESTION)
+        assert caught.value.retry_after_s >= 1
+        health = httpx.get(f"{live.url}/healthz", timeout=5)
+        assert health.status_code == 200
+        release.set()
+        assert list(sse(held))[-1][0] == "result"
+    assert metrics(live.url)["ragguard:request_rejected_total"] == 3
+
+
+def test_a_deadline_ends_with_504_and_stops_the_generation(live: Live) -> None:
+    engine = live.pipeline.engine.engine
+    body = {"question": QUESTION, "max_tokens": 300, "timeout_s": 0.05}
+    response = httpx.post(f"{live.url}/v1/ask", json=body, timeout=60)
+    assert response.status_code == 504, response.text
+    assert response.json()["error"] == "deadline_exceeded"
+    assert "0.05 s deadline" in response.json()["detail"]
+    wait_until(lambda: not engine.has_unfinished_requests(), "engine idle")
+    assert engine.block_manager.num_used_blocks == 0
+    with Client(live.url) as client, pytest.raises(DeadlineExceededError):
+        client.ask(QUESTION, timeout_s=0.05)
+    with httpx.stream("POST", f"{live.url}/v1/ask", json={**body, "stream": True}) as streamed:
+        kinds = [(k, d) for k, d in sse(streamed)]
+    assert kinds[-1][0] == "error" and kinds[-1][1]["error"] == "deadline_exceeded"
+    bad = httpx.post(f"{live.url}/v1/ask", json={"question": QUESTION, "timeout_s": 0})
+    assert bad.status_code == 422
+
+
+def test_metrics_are_prometheus_histograms_gauges_and_counters(live: Live) -> None:
+    body = {"question": QUESTION, "max_tokens": 12}
+    assert httpx.post(f"{live.url}/v1/ask", json=body, timeout=120).status_code == 200
+    with httpx.stream("POST", f"{live.url}/v1/ask", json={**body, "stream": True}) as response:
+        list(sse(response))
+    text = httpx.get(f"{live.url}/metrics").text
+    values = metrics(live.url)
+    for histogram in (
+        "time_to_first_token_seconds",
+        "inter_token_latency_seconds",
+        "e2e_request_latency_seconds",
+        "request_queue_time_seconds",
+    ):
+        assert f"# TYPE ragguard:{histogram} histogram" in text
+    assert values["ragguard:e2e_request_latency_seconds_count"] == 2
+    assert values["ragguard:time_to_first_token_seconds_count"] == 2
+    assert values["ragguard:inter_token_latency_seconds_count"] >= 2
+    decided = {k: v for k, v in values.items() if k.startswith("ragguard:decisions_total{")}
+    assert sum(decided.values()) == 2  # answer, review or abstain: each counted once
+    reviewed = values.get('ragguard:decisions_total{decision="review"}', 0)
+    assert values["ragguard:review_items_queued_total"] == reviewed
+    outcomes = [
+        k for k in values if k.startswith('ragguard:guard_outcomes_total{guard="grounding"')
+    ]
+    assert sum(values[k] for k in outcomes) == 2
+    assert values["ragguard:prompt_tokens_total"] > 100
+    assert values["ragguard:generation_tokens_total"] >= 2
+    assert (
+        values["ragguard:prefix_cache_queries_total"] >= values["ragguard:prefix_cache_hits_total"]
+    )
+    assert values["ragguard:prefix_cache_hits_total"] > 0  # the second ask reused the prompt
+    assert 0 <= values["ragguard:kv_cache_usage_perc"] <= 1
+    assert values["ragguard:num_requests_running"] == 0
+    assert values["ragguard:num_requests_waiting"] == 0
+    assert values["ragguard:request_rejected_total"] == 0
