@@ -71,9 +71,7 @@ def main() -> None:
             update={"num_candidates": args.samples, "self_verification": False}
         ),
     }
-    pipelines = {
-        name: Pipeline(s, loaded.embedder, loaded.generator) for name, s in variants.items()
-    }
+    pipelines = {name: Pipeline(s, loaded.embedder, loaded.engine) for name, s in variants.items()}
     totals: dict[str, list[float]] = {name: [] for name in variants}
     verify: list[float] = []
     guards: dict[str, list[float]] = {name: [] for name in variants}

@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
             threads=args.threads,
             data_dir=args.data_dir,
             embedder=pipeline.embedder,
-            generator=pipeline.generator,
+            generator=pipeline.engine,
             command=f"ragguard eval {name} --limit {args.limit} --out {args.out / name}",
             say=lambda line: print(line, file=sys.stderr),
         )

@@ -48,7 +48,6 @@ import torch
 
 from engine import EngineConfig, SamplingParams, build_generator
 from engine.hf_generator import HFGenerator
-from engine.outputs import CompletionOutput, FinishReason
 from guards import (
     Candidate,
     ConfidenceModel,
@@ -65,6 +64,7 @@ from guards import (
 )
 from guards.alignment import AnswerEvidenceGuard
 from guards.kg import MOVIE_FUNCTIONAL_RELATIONS, MOVIE_RELATION_PHRASES, Verdict
+from guards.repetition import LOOP_STOP_REASON
 from guards.text import content_words, overlap
 from rag.documents import Document
 from rag.embed import Embedder
@@ -410,7 +410,7 @@ def run_metaqa_answers(
             max_tokens=48,
         )
         pipeline = Pipeline(settings, embedder, generator)
-        pipeline.checker = AnswerChecker(settings, embedder, pipeline.reviews, graph=graph)
+        pipeline.checker = AnswerChecker(settings, embedder, graph=graph)
         pipeline.collections.get("metaqa", create=True).ingest(
             movie_passages(graph, sorted(movies))
         )
@@ -468,6 +468,13 @@ E2E_LOADERS: dict[str, Callable[[Path, int | None], QADataset]] = {
 }
 
 
+def _finish(rest: list[Any]) -> str | None:
+    """A dumped candidate's finish reason (older dumps: finish reason, then stop reason)."""
+    if len(rest) == 2 and rest[1] == LOOP_STOP_REASON:
+        return LOOP_STOP_REASON
+    return rest[0] if rest and rest[0] not in (None, "None") else None
+
+
 def record_checks(checker: AnswerChecker) -> dict[str, dict[str, Any]]:
     """What the checker is given for each question, keyed by question (instrumentation)."""
     seen: dict[str, dict[str, Any]] = {}
@@ -476,9 +483,7 @@ def record_checks(checker: AnswerChecker) -> dict[str, dict[str, Any]]:
     def capture(question, answer, candidates, passages, **kw):  # type: ignore[no-untyped-def]
         seen[question] = {
             "answer_index": candidates.index(answer),
-            "candidates": [
-                [c.text, c.logprobs, str(c.finish_reason), c.stop_reason] for c in candidates
-            ],
+            "candidates": [[c.text, list(c.token_logprobs), c.finish_reason] for c in candidates],
             "passages": [[p.chunk_id, p.text, p.score] for p in passages],
         }
         return check(question, answer, candidates, passages, **kw)
@@ -546,8 +551,8 @@ def score_end_to_end(
             if r["declined"] or "candidates" not in r:
                 continue
             candidates = [
-                CompletionOutput(i, text, [], logprobs, FinishReason(finish), stop)
-                for i, (text, logprobs, finish, stop) in enumerate(r["candidates"])
+                Candidate(text.strip(), tuple(logprobs), _finish(rest))
+                for text, logprobs, *rest in r["candidates"]
             ]
             passages = [Passage(cid, cid, text, score) for cid, text, score in r["passages"]]
             checked = checker.check(
@@ -557,7 +562,6 @@ def score_end_to_end(
             labels.append(int(r["correct"]))
             groups.append(k)
             names.append(r["dataset"])
-        checker.close()
     prior = ConfidenceModel.prior()
     prior_scores = [prior.score(r) for r in rows]
     fitted = cross_fitted(rows, labels, groups)
