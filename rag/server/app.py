@@ -23,7 +23,7 @@ from rag.reviews import open_review_store
 from rag.server import page
 from rag.server.auth import KeyStore, Role, require
 from rag.server.disconnect import ClientDisconnected
-from rag.server.routers import ask, documents, health, keys, metrics, reviews
+from rag.server.routers import ask, documents, health, keys, metrics, openai, reviews
 from rag.server.state import ServerState, ensure_demo_index
 from rag.settings import Settings
 
@@ -149,6 +149,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
     app.include_router(health.router)
     app.include_router(metrics.router)
     app.include_router(ask.router, dependencies=[Depends(require(Role.APP))])
+    app.include_router(openai.router, dependencies=[Depends(require(Role.APP))])
     app.include_router(documents.router, dependencies=[Depends(require(Role.ADMIN))])
     app.include_router(reviews.router)
     app.include_router(keys.router, dependencies=[Depends(require(Role.ADMIN))])
