@@ -210,7 +210,8 @@ class Pipeline:
             yield ResultEvent(self._result(ask, NO_ANSWER, [], abstain=retrieval.empty_reason))
             return
 
-        plan = self.generator.plan(ask.question, passages, opts)
+        # Tokenising the prompt (perhaps several times, to fit it) is CPU work: off the loop.
+        plan = await asyncio.to_thread(self.generator.plan, ask.question, passages, opts)
         yield PassagesEvent(plan.passages, ask.index)
         generation: Generation | None = None
         async for piece in self.generator.stream(plan, ask.request_id):

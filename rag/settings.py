@@ -55,7 +55,7 @@ class Settings(BaseSettings):
         16, ge=1, le=4096, description="questions the server works on at once"
     )
     max_waiting_questions: int = Field(
-        64,
+        16,
         ge=0,
         le=100_000,
         description="questions that may wait for a free slot; beyond that the server answers "

@@ -146,7 +146,8 @@ def test_external_abort_ends_the_stream_and_duplicate_ids_are_refused(
                 outputs.append(out)
 
         task = asyncio.create_task(consume())
-        await asyncio.sleep(0.5)
+        while not outputs:  # running: it has produced a token
+            await asyncio.sleep(0.01)
         with pytest.raises(ValueError, match="already in use"):
             async for _ in async_engine.generate(
                 text, SamplingParams(max_tokens=5), request_id="story"
@@ -157,7 +158,12 @@ def test_external_abort_ends_the_stream_and_duplicate_ids_are_refused(
         return outputs
 
     outputs = asyncio.run(main())
-    assert outputs[-1].finished and outputs[-1].outputs[0].finish_reason is FinishReason.ABORT
+    last = outputs[-1].outputs[0]
+    assert outputs[-1].finished and last.finish_reason is FinishReason.ABORT, (
+        len(outputs),
+        len(last.token_ids),
+        [o.outputs[0].finish_reason for o in outputs[-3:]],
+    )
     assert async_engine.engine.block_manager.num_used_blocks == 0
 
 
