@@ -86,7 +86,7 @@ class LLMEngine:
         if getattr(hf_config, "model_type", None) not in SUPPORTED_MODEL_TYPES:
             raise ModelLoadError(
                 f"the engine runs {SUPPORTED_MODEL_TYPES} models, not {hf_config.model_type!r}: "
-                "use the transformers generator (RAGGUARD_GENERATOR=hf)"
+                "use the transformers backend ('hf')"
             )
         self.eos_token_ids = eos_token_ids(generation_config, tokenizer)
         dtype = getattr(torch, config.resolved_dtype())

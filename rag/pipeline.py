@@ -16,7 +16,7 @@ import uuid
 from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass, field, replace
 
-from engine import EngineConfig, Generator
+from engine import EngineConfig, Generator, ModelLoadError, ModelNotFoundError
 from engine.client import EngineClient, as_engine_client, build_engine_client
 from engine.client import EngineUnavailableError as EngineDown
 from guards import Action, Policy
@@ -97,7 +97,13 @@ class Pipeline:
         embedder = Embedder(
             settings.embedding_model, device=config.resolved_device(), allow_hub=settings.allow_hub
         )
-        pipeline = cls(settings, embedder, build_engine_client(config, settings.generator))
+        try:
+            engine = build_engine_client(config, settings.generator)
+        except (ModelNotFoundError, ModelLoadError) as exc:  # the engine names no setting
+            raise type(exc)(
+                f"{exc} [settings: RAGGUARD_MODEL, RAGGUARD_ALLOW_HUB, RAGGUARD_GENERATOR]"
+            ) from exc
+        pipeline = cls(settings, embedder, engine)
         pipeline._owns_engine = True
         return pipeline
 
