@@ -46,10 +46,12 @@ class Admission:
             )
 
     @asynccontextmanager
-    async def slot(self) -> AsyncIterator[float]:
-        """Wait for a slot (refused at once when the queue is full); yields the seconds
-        waited."""
-        self.check()
+    async def slot(self, *, checked: bool = False) -> AsyncIterator[float]:
+        """Wait for a slot (refused at once when the queue is full, unless the caller has
+        ``checked`` already: a stream admitted when its response started is not refused later);
+        yields the seconds waited."""
+        if not checked:
+            self.check()
         arrived = time.perf_counter()
         self.load.waiting += 1
         try:

@@ -72,7 +72,7 @@ async def _sse(
     client that leaves cancels this generator, which aborts the generation."""
     arrival = time.perf_counter()
     try:
-        async with state.admission.slot() as slot_wait_s:
+        async with state.admission.slot(checked=True) as slot_wait_s:
             events = pipeline.stream(question, options, request_id=request_id)
             async for event in state.telemetry.track(events, arrival, slot_wait_s):
                 yield _encode(event)

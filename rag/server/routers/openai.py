@@ -796,7 +796,7 @@ async def _raw_stream(
     sent = [_ChoiceState() for _ in range(len(prompts) * job.n)]
     finals: list[RequestOutput | None] = [None] * len(prompts)
     try:
-        async with state.admission.slot():
+        async with state.admission.slot(checked=True):
             if job.chat:
                 for index in range(job.n):
                     yield job.chunk(index, "", role=True)
@@ -959,7 +959,7 @@ async def _grounded_stream(
     request_id: str = request.state.request_id
     shape = job.as_raw()
     try:
-        async with state.admission.slot() as waited_s:
+        async with state.admission.slot(checked=True) as waited_s:
             if job.chat:
                 yield shape.chunk(0, "", role=True)
             events = pipeline.stream(question, options, request_id=request_id)
