@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -109,3 +110,17 @@ class RequestOutput:
     @property
     def num_completion_tokens(self) -> int:
         return sum(len(o.token_ids) for o in self.outputs)
+
+
+def streamable_text(text: str, stops: Sequence[str] = ()) -> str:
+    """The part of an unfinished completion's text that is safe to stream: without a trailing
+    partial character (U+FFFD) nor a trailing piece that could grow into a stop string (the
+    engine cuts the stop string off when it completes)."""
+    text = text.rstrip("\ufffd")
+    hold = 0
+    for stop in stops:
+        for size in range(min(len(stop) - 1, len(text)), hold, -1):
+            if text.endswith(stop[:size]):
+                hold = size
+                break
+    return text[: len(text) - hold]

@@ -41,6 +41,7 @@ from rag.types import (
     Sample,
     TokenEvent,
     Usage,
+    result_of,
 )
 from rag.verification import SelfVerifier
 
@@ -139,10 +140,7 @@ class Pipeline:
         self, question: str, options: AskOptions | None = None, *, request_id: str | None = None
     ) -> Result:
         """``ask`` for asyncio callers: cancelling it stops the generation."""
-        async for event in self.stream(question, options, request_id=request_id):
-            if isinstance(event, ResultEvent):
-                return event.result
-        raise AssertionError("the stream ended without a result")
+        return await result_of(self.stream(question, options, request_id=request_id))
 
     async def stream(
         self, question: str, options: AskOptions | None = None, *, request_id: str | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -163,3 +164,11 @@ class ResultEvent:
 
 
 AskEvent = PassagesEvent | TokenEvent | ResultEvent
+
+
+async def result_of(events: AsyncIterable[AskEvent]) -> Result:
+    """The ``Result`` at the end of an answer's events (the others are passed over)."""
+    async for event in events:
+        if isinstance(event, ResultEvent):
+            return event.result
+    raise AssertionError("the answer's events ended without a result")

@@ -89,29 +89,19 @@ class Telemetry:
 
     def __post_init__(self) -> None:
         r = self.registry
-        self.ttft = Histogram(
-            PREFIX + "time_to_first_token_seconds",
-            "arrival to the first token sent",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+        self.ttft = self._histogram(
+            "time_to_first_token_seconds", "arrival to the first token sent", _LATENCY_BUCKETS
         )
-        self.itl = Histogram(
-            PREFIX + "inter_token_latency_seconds",
-            "gap between consecutive token events",
-            buckets=_TOKEN_BUCKETS,
-            registry=r,
+        self.itl = self._histogram(
+            "inter_token_latency_seconds", "gap between consecutive token events", _TOKEN_BUCKETS
         )
-        self.e2e = Histogram(
-            PREFIX + "e2e_request_latency_seconds",
-            "arrival to the final answer",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+        self.e2e = self._histogram(
+            "e2e_request_latency_seconds", "arrival to the final answer", _LATENCY_BUCKETS
         )
-        self.queue = Histogram(
-            PREFIX + "request_queue_time_seconds",
+        self.queue = self._histogram(
+            "request_queue_time_seconds",
             "time waiting for a slot and for the engine's first step",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            _LATENCY_BUCKETS,
         )
         self.rejected = Counter(
             PREFIX + "request_rejected", "questions refused (429) under overload", registry=r
@@ -125,6 +115,9 @@ class Telemetry:
         self.reviews_queued = Counter(
             PREFIX + "review_items_queued", "answers queued for human review", registry=r
         )
+
+    def _histogram(self, name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+        return Histogram(PREFIX + name, doc, buckets=buckets, registry=self.registry)
 
     def watch_engine(self, stats: Callable[[], EngineStats | None]) -> None:
         """Expose the engine's gauges and counters (once, when the engine is loaded)."""

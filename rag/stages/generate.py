@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 from engine import CompletionOutput, RequestOutput, SamplingParams
 from engine.client import EngineClient, generate_all
+from engine.outputs import streamable_text
 from guards import LoopStop
 from rag.errors import InvalidInputError
 from rag.prompt import build_messages
@@ -76,7 +77,9 @@ class GenerateStage:
             stream = self.engine.generate(plan.prompt, plan.answer, f"{request_id}-{tag}")
             async for output in stream:
                 final = output
-                text = _stable_text(output.outputs[0].text, finished=output.finished)
+                text = output.outputs[0].text
+                if not output.finished:
+                    text = streamable_text(text, plan.answer.stop)
                 if not sent:
                     text = text.lstrip()
                 if len(text) > len(sent) and text.startswith(sent):
@@ -143,8 +146,3 @@ class GenerateStage:
                     f"{engine.max_model_len}-token context with max_tokens={max_tokens}"
                 )
             passages = passages[:-1]
-
-
-def _stable_text(text: str, *, finished: bool) -> str:
-    """Text safe to show before the completion ends: without a trailing partial character."""
-    return text if finished else text.rstrip("\ufffd")

@@ -16,10 +16,10 @@ from openai.types import Completion, CompletionUsage
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 from pydantic import BaseModel
 
+from engine.outputs import streamable_text
 from rag.server import create_app
 from rag.server.admission import Admission
 from rag.server.auth import Role
-from rag.server.routers.openai import _held_back
 
 QUESTION = "What does a KV cache avoid recomputing?"
 CHAT: list[ChatCompletionMessageParam] = [
@@ -222,10 +222,10 @@ def test_stop_strings_end_the_completion(client: openai.OpenAI, model: str) -> N
 
 
 def test_streams_hold_back_what_a_stop_string_or_a_character_may_complete() -> None:
-    assert _held_back("Hello wor", ["world"]) == "Hello "
-    assert _held_back("Hello world", ["xyz"]) == "Hello world"
-    assert _held_back("a\n", ["\n\n", "b"]) == "a"
-    assert _held_back("caf\ufffd", []) == "caf"  # half of a UTF-8 character so far
+    assert streamable_text("Hello wor", ["world"]) == "Hello "
+    assert streamable_text("Hello world", ["xyz"]) == "Hello world"
+    assert streamable_text("a\n", ["\n\n", "b"]) == "a"
+    assert streamable_text("caf\ufffd", []) == "caf"  # half of a UTF-8 character so far
 
 
 def test_errors_come_back_in_openai_shape(

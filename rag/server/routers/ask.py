@@ -18,7 +18,7 @@ from rag.pipeline import Pipeline
 from rag.server.disconnect import unless_disconnected
 from rag.server.schemas import AskRequest, AskResponse, ErrorOut
 from rag.server.state import PipelineDep, ServerState, StateDep
-from rag.types import AskEvent, AskOptions, PassagesEvent, Result, ResultEvent, TokenEvent
+from rag.types import AskEvent, AskOptions, PassagesEvent, TokenEvent, result_of
 
 logger = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1", tags=["ask"])
@@ -54,15 +54,8 @@ async def ask(
         events = state.telemetry.track(
             pipeline.stream(body.question, options, request_id=request_id), arrival, slot_wait_s
         )
-        result = await unless_disconnected(request, _final(events))
+        result = await unless_disconnected(request, result_of(events))
     return AskResponse.from_result(result)
-
-
-async def _final(events: AsyncIterator[AskEvent]) -> Result:
-    async for event in events:
-        if isinstance(event, ResultEvent):
-            return event.result
-    raise AssertionError("the answer stream ended without a result")
 
 
 async def _sse(

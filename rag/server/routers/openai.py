@@ -33,7 +33,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from engine.client import EngineClient
 from engine.client import EngineUnavailableError as EngineDown
 from engine.errors import EngineError
-from engine.outputs import CompletionOutput, FinishReason, RequestOutput
+from engine.outputs import CompletionOutput, FinishReason, RequestOutput, streamable_text
 from engine.sampling_params import SamplingParams
 from rag.errors import (
     AuthenticationError,
@@ -72,7 +72,7 @@ from rag.server.openai_schemas import (
 )
 from rag.server.schemas import AskResponse
 from rag.server.state import PipelineDep, ServerState, StateDep
-from rag.types import AskEvent, AskOptions, Result, ResultEvent, TokenEvent
+from rag.types import AskOptions, Result, ResultEvent, TokenEvent, result_of
 
 logger = logging.getLogger(__name__)
 
@@ -508,22 +508,6 @@ class _ChoiceState:
     finished: bool = False
 
 
-def _held_back(text: str, stops: Sequence[str]) -> str:
-    """The part of unfinished text safe to send: not a trailing partial character (U+FFFD)
-    nor a trailing piece that could grow into a stop string (cut when it completes)."""
-    end = len(text)
-    while end and text[end - 1] == "\ufffd":
-        end -= 1
-    text = text[:end]
-    hold = 0
-    for stop in stops:
-        for size in range(min(len(stop) - 1, len(text)), hold, -1):
-            if text.endswith(stop[:size]):
-                hold = size
-                break
-    return text[: len(text) - hold]
-
-
 def _finish_reason(reason: FinishReason | None) -> str | None:
     return None if reason is None else reason.value
 
@@ -823,7 +807,7 @@ def _advance(
     if sent.finished:
         return None
     finished = out.finish_reason is not None
-    text = out.text if finished else _held_back(out.text, job.stops)
+    text = out.text if finished else streamable_text(out.text, job.stops)
     delta = ""
     if len(text) > len(sent.text) and text.startswith(sent.text):
         delta = text[len(sent.text) :]
@@ -887,13 +871,6 @@ def _grounded_finish(result: Result) -> str:
     return "stop"
 
 
-async def _result_of(events: AsyncIterator[AskEvent]) -> Result:
-    async for event in events:
-        if isinstance(event, ResultEvent):
-            return event.result
-    raise AssertionError("the answer stream ended without a result")
-
-
 async def _grounded(
     request: Request,
     pipeline: Pipeline,
@@ -915,7 +892,7 @@ async def _grounded(
         events = state.telemetry.track(
             pipeline.stream(question, options, request_id=request_id), arrival, waited_s
         )
-        result = await unless_disconnected(request, _result_of(events))
+        result = await unless_disconnected(request, result_of(events))
     grounding = _grounding(result)
     reason = _grounded_finish(result)
     usage = _grounded_usage(result)
