@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -83,6 +83,40 @@ def demo_pipeline(pipeline, demo_index_template):  # type: ignore[no-untyped-def
     """A pipeline whose default index is a fresh copy of the demo collection."""
     shutil.copytree(demo_index_template, pipeline.settings.index_dir / "demo")
     return pipeline
+
+
+@pytest.fixture
+def live_server() -> Iterator[Callable[[object], str]]:
+    """``live_server(app)``: serve the ASGI app with uvicorn on a free loopback port in a thread
+    (real sockets: clients can stream and hang up); its base URL. Stopped after the test."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    running: list[tuple[uvicorn.Server, threading.Thread]] = []
+
+    def start(app: object) -> str:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")  # type: ignore[arg-type]
+        )
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        running.append((server, thread))
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.05)
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for server, thread in running:
+        server.should_exit = True
+        thread.join(timeout=15)
 
 
 def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]

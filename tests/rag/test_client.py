@@ -8,15 +8,10 @@ import csv
 import inspect
 import io
 import json
-import socket
-import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
 from guards.review import NewItem
@@ -31,29 +26,9 @@ from rag.errors import (
 from rag.server import create_app
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture
-def server_url(demo_pipeline) -> Iterator[str]:  # type: ignore[no-untyped-def]
-    port = free_port()
-    config = uvicorn.Config(
-        create_app(pipeline=demo_pipeline), host="127.0.0.1", port=port, log_level="warning"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+def server_url(demo_pipeline, live_server) -> str:  # type: ignore[no-untyped-def]
+    return str(live_server(create_app(pipeline=demo_pipeline)))
 
 
 def test_sync_client_round_trip(server_url: str, tmp_path: Path) -> None:

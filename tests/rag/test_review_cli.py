@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -104,25 +100,11 @@ def test_serve_refuses_to_listen_beyond_loopback_without_keys(tmp_path: Path) ->
 
 
 @pytest.fixture
-def server(demo_pipeline) -> Iterator[str]:  # type: ignore[no-untyped-def]
-    import uvicorn
-
+def server(demo_pipeline, live_server) -> str:  # type: ignore[no-untyped-def]
     from rag.server import create_app
 
     demo_pipeline.checker.policy = Policy(abstain_below=0.0, review_below=1.0)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    uv = uvicorn.Server(
-        uvicorn.Config(create_app(pipeline=demo_pipeline), port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    while not uv.started:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    uv.should_exit = True
-    thread.join(timeout=10)
+    return str(live_server(create_app(pipeline=demo_pipeline)))
 
 
 def test_a_flagged_answer_is_handled_from_the_cli_against_the_server(

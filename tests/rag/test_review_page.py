@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,28 +36,11 @@ if not Path(CHROMIUM).is_file():
 
 
 @pytest.fixture
-def server(demo_pipeline) -> Iterator[str]:  # type: ignore[no-untyped-def]
-    import uvicorn
-
+def server(demo_pipeline, live_server) -> str:  # type: ignore[no-untyped-def]
     from rag.server import create_app
 
     demo_pipeline.checker.policy = Policy(abstain_below=0.0, review_below=1.0)  # all to review
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    config = uvicorn.Config(
-        create_app(pipeline=demo_pipeline), host="127.0.0.1", port=port, log_level="warning"
-    )
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    for _ in range(200):
-        if uv.started:
-            break
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    uv.should_exit = True
-    thread.join(timeout=10)
+    return str(live_server(create_app(pipeline=demo_pipeline)))
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from rag import AsyncClient, Client
 from rag.errors import DeadlineExceededError, OverloadedError
@@ -35,28 +34,10 @@ class Live:
     """The app's ServerState."""
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture
-def live(demo_pipeline) -> Iterator[Live]:  # type: ignore[no-untyped-def]
-    port = _free_port()
+def live(demo_pipeline, live_server) -> Live:  # type: ignore[no-untyped-def]
     app = create_app(pipeline=demo_pipeline)
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.05)
-    yield Live(f"http://127.0.0.1:{port}", demo_pipeline, app.state.ragguard)
-    server.should_exit = True
-    thread.join(timeout=15)
+    return Live(live_server(app), demo_pipeline, app.state.ragguard)
 
 
 def metrics(url: str) -> dict[str, float]:
