@@ -46,8 +46,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine import EngineConfig, SamplingParams, build_generator
+from engine import EngineConfig, SamplingParams
 from engine.hf_generator import HFGenerator
+from engine.llm_engine import LLMEngine
 from guards import (
     Candidate,
     ConfidenceModel,
@@ -689,15 +690,14 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(SEED)
     config = EngineConfig()
     embedder = Embedder()
-    generator = build_generator(config, "engine")
+    generator = LLMEngine(config)
     record: dict[str, Any] = {
         "benchmark": "guards_eval",
         "command": "python benchmarks/guards_eval.py " + shlex.join(sys.argv[1:]),
         "limit": args.limit,
     }
     if "halueval" in sections:
-        hf = build_generator(config, "hf")
-        assert isinstance(hf, HFGenerator)
+        hf = HFGenerator(config)
         record["halueval"] = run_halueval(args, embedder, hf)
         print(json.dumps({"halueval": rounded(record["halueval"])}), flush=True)
         del hf

@@ -5,12 +5,11 @@ Heavy dependencies (torch, transformers) load only when a generator is built.
 
 from engine.config import EngineConfig
 from engine.errors import EngineError, ModelLoadError, ModelNotFoundError, PromptTooLongError
-from engine.generator import BACKENDS, Generator, build_generator
+from engine.generator import Generator
 from engine.outputs import CompletionOutput, FinishReason, RequestOutput, RequestTiming
 from engine.sampling_params import PRESETS, SamplingParams
 
 __all__ = [
-    "BACKENDS",
     "PRESETS",
     "CompletionOutput",
     "EngineConfig",
@@ -23,5 +22,4 @@ __all__ = [
     "RequestOutput",
     "RequestTiming",
     "SamplingParams",
-    "build_generator",
 ]

@@ -1,15 +1,14 @@
-"""The generator interface the pipeline talks to, and the factory that builds one."""
+"""The synchronous generator interface (``LLMEngine``, ``HFGenerator``); the pipeline talks to
+one through the async engine client of ``engine.client``, whose registry builds backends by
+name."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from engine.config import EngineConfig
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
-
-BACKENDS = ("engine", "hf")
 
 
 @runtime_checkable
@@ -31,18 +30,3 @@ class Generator(Protocol):
     def generate(
         self, prompts: Sequence[str | list[int]], params: SamplingParams | Sequence[SamplingParams]
     ) -> list[RequestOutput]: ...
-
-
-def build_generator(config: EngineConfig, backend: str = "hf") -> Generator:
-    """Load the model named by ``config`` behind the chosen backend: ``engine`` (ours: paged KV,
-    continuous batching) or ``hf`` (``transformers.generate``, the baseline and the fallback for
-    architectures the engine does not implement)."""
-    if backend == "engine":
-        from engine.llm_engine import LLMEngine
-
-        return LLMEngine(config)
-    if backend == "hf":
-        from engine.hf_generator import HFGenerator
-
-        return HFGenerator(config)
-    raise ValueError(f"unknown generator backend {backend!r}; choose one of {BACKENDS}")
