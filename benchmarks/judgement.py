@@ -7,7 +7,8 @@ baseline, the hand-set prior, and the fitted confidence validated leave-one-data
 on every other set, scored on this one). ``--write-model`` then fits on all sets and writes the
 shipped default (``rag/data/confidence.json``).
 
-    python benchmarks/judgement.py --runs eval-runs/labelled --write-model
+    python benchmarks/judgement.py --runs eval-runs/labelled --verifier-folds eval-runs/verifier \\
+        --write-model
 """
 
 from __future__ import annotations
@@ -50,29 +51,43 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--l2", type=float, default=10.0, help="ridge penalty of the fit")
     parser.add_argument("--write-model", action="store_true", help=f"write {MODEL_PATH.name}")
     parser.add_argument("--model-path", type=Path, default=MODEL_PATH)
+    parser.add_argument(
+        "--verifier-folds",
+        type=Path,
+        help="folder of benchmarks/train_verifier.py's fold models: each answer is verified by "
+        "the fold that never saw its question (default: no verifier; the shipped one has seen "
+        "every development question)",
+    )
     return parser.parse_args(argv)
 
 
-def chains(data_dir: Path) -> Any:
-    """A guard chain per data set: MetaQA's answers against its movie graph, others the demo's."""
-    from rag.embed import Embedder
+def chains(data_dir: Path, verifier_folds: Path | None) -> Any:
+    """A guard chain per data set and verifier fold: MetaQA's answers against its movie graph,
+    others the demo's; each answer verified by the fold model that never saw its question."""
+    from guards.verifier import Verifier
+    from rag.embed import Embedder, default_embedding_path
     from rag.eval.prepare import prepare_metaqa
+    from rag.eval.verifier_training import fold_of
 
     settings = Settings()
     embedder = Embedder(settings.embedding_model)
     graphs: dict[str, KnowledgeGraph | None] = {"default": AnswerChecker._load_graph(settings)}
-    built: dict[str, GuardChain] = {}
+    folds = sorted(verifier_folds.glob("fold*.safetensors")) if verifier_folds else []
+    verifiers = [Verifier.load(f, default_embedding_path()) for f in folds]
+    built: dict[tuple[str, int], GuardChain] = {}
 
-    def chain_for(dataset: str) -> GuardChain:
-        key = "metaqa" if dataset == "metaqa" else "default"
-        if key not in built:
-            if key == "metaqa":
+    def chain_for(answer: LabelledAnswer) -> GuardChain:
+        graph = "metaqa" if answer.dataset == "metaqa" else "default"
+        fold = fold_of(answer.dataset, answer.item.id, len(verifiers)) if verifiers else -1
+        if (graph, fold) not in built:
+            if graph not in graphs:
                 load = prepare_metaqa(data_dir).load_graph
                 assert load is not None
-                graphs[key] = load()
-            deps = GuardDeps(embedder=embedder, graph=graphs[key])
-            built[key] = GuardChain(build_guards(None, deps), audit=None)
-        return built[key]
+                graphs[graph] = load()
+            verifier = verifiers[fold] if verifiers else None
+            deps = GuardDeps(embedder=embedder, graph=graphs[graph], verifier=verifier)
+            built[graph, fold] = GuardChain(build_guards(None, deps), audit=None)
+        return built[graph, fold]
 
     return chain_for
 
@@ -88,12 +103,12 @@ def main(argv: list[str] | None = None) -> None:
         answers += load_run(run_dir)
     if not answers:
         raise SystemExit(f"no labelled answers under {args.runs}")
-    chain_for = chains(args.data_dir)
+    chain_for = chains(args.data_dir, args.verifier_folds)
     rescore(answers, chain_for)
     sets = list(dict.fromkeys(a.dataset for a in answers))
     by_set = {s: [a for a in answers if a.dataset == s] for s in sets}
     names = sorted({k for a in answers for k in a.signals})
-    directions = signal_directions([g for s in sets for g in chain_for(s).guards])
+    directions = signal_directions([g for a in answers for g in chain_for(a).guards])
     loso = leave_one_set_out(answers, directions=directions, l2=args.l2)
     prior = ConfidenceModel.prior()
     report: dict[str, Any] = {"sets": {}, "signals": {}}

@@ -3,6 +3,8 @@ stage is the policy (``AnswerChecker.decide``), with a request's own thresholds 
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -23,7 +25,8 @@ from guards import (
 )
 from guards.registry import GuardDeps, UnknownGuardError, build_guards
 from guards.repetition import LOOP_STOP_REASON
-from rag.embed import Embedder
+from guards.verifier import Verifier, VerifierLoadError
+from rag.embed import Embedder, default_embedding_path, model_fingerprint
 from rag.errors import InvalidInputError
 from rag.settings import Settings
 from rag.types import AskOptions, GuardVerdict, Passage
@@ -32,6 +35,8 @@ logger = logging.getLogger(__name__)
 DATA = Path(__file__).resolve().parent / "data"
 DEFAULT_CONFIDENCE_MODEL = DATA / "confidence.json"
 """Fitted on labelled development answers by ``benchmarks/judgement.py --write-model``."""
+DEFAULT_VERIFIER = DATA / "verifier.safetensors"
+"""Trained on labelled development answers by ``benchmarks/train_verifier.py --write``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +66,33 @@ def candidate(c: CompletionOutput) -> Candidate:
     return Candidate(c.text.strip(), tuple(c.logprobs), finish_reason(c))
 
 
+@functools.lru_cache(maxsize=4)
+def _load_verifier(weights: Path, mtime_ns: int, base: Path) -> Verifier:
+    """One copy per weights file (read-only once loaded, so pipelines share it)."""
+    return Verifier.load(weights, base)
+
+
+def load_verifier(settings: Settings) -> Verifier | None:
+    """The configured trained verifier over the default embedding model's network; None when
+    it is off. The shipped one that does not load (its base model missing or different) is a
+    warning; a configured file that does not load is an error."""
+    if settings.verifier == "off":
+        return None
+    shipped = settings.verifier == "default"
+    weights = DEFAULT_VERIFIER if shipped else Path(settings.verifier).expanduser()
+    try:
+        base = default_embedding_path()
+        meta = json.loads(weights.with_suffix(".json").read_text(encoding="utf-8"))
+        if meta.get("base_fingerprint") not in (None, model_fingerprint(base)):
+            raise VerifierLoadError(f"{weights} was trained over another build of {base}")
+        return _load_verifier(weights, weights.stat().st_mtime_ns, base)
+    except (OSError, ValueError, InvalidInputError) as exc:
+        if not shipped:
+            raise InvalidInputError(f"RAGGUARD_VERIFIER {weights} does not load: {exc}") from exc
+        logger.warning("shipped verifier did not load (%s): answers are not verified", exc)
+        return None
+
+
 class AnswerChecker:
     """The guard chain, the confidence model and the policy configured by the settings."""
 
@@ -69,8 +101,9 @@ class AnswerChecker:
     ):
         """``graph`` replaces the one the settings name (an application's own, already built)."""
         graph = graph or self._load_graph(settings)
+        deps = GuardDeps(embedder=embedder, graph=graph, verifier=load_verifier(settings))
         try:
-            guards = build_guards(settings.guards, GuardDeps(embedder=embedder, graph=graph))
+            guards = build_guards(settings.guards, deps)
         except UnknownGuardError as exc:
             raise InvalidInputError(str(exc)) from exc
         self.chain = GuardChain(guards)

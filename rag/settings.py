@@ -98,7 +98,12 @@ class Settings(BaseSettings):
         None,
         description="guards to run, by registered name (JSON list); empty = every registered "
         "guard (repetition, grounding, self_consistency, answer_evidence, evidence_conflict, "
-        "self_verification, knowledge_graph)",
+        "self_verification, verifier, knowledge_graph)",
+    )
+    verifier: str = Field(
+        "default",
+        description="trained verifier weights: 'default' = the shipped one, 'off' = none, or "
+        "the path of a .safetensors file written by benchmarks/train_verifier.py",
     )
     self_verification: bool = Field(
         False,

@@ -91,11 +91,14 @@ def context_of(answer: LabelledAnswer) -> GuardContext:
     )
 
 
-def rescore(answers: Sequence[LabelledAnswer], chain_for: Callable[[str], GuardChain]) -> None:
-    """Run today's guards on the recorded answers (``chain_for(dataset)`` gives the chain, e.g.
-    with the data set's own knowledge graph) and store their results and signals."""
+def rescore(
+    answers: Sequence[LabelledAnswer], chain_for: Callable[[LabelledAnswer], GuardChain]
+) -> None:
+    """Run today's guards on the recorded answers (``chain_for(answer)`` gives the chain, e.g.
+    with the data set's own knowledge graph, or a verifier that never saw the question) and
+    store their results and signals."""
     for a in answers:
-        results = list(chain_for(a.dataset).run(context_of(a)).results)
+        results = list(chain_for(a).run(context_of(a)).results)
         passages = a.record["passages"]
         a.results = results
         a.signals = features(

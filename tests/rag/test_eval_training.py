@@ -57,7 +57,7 @@ def test_records_become_labelled_answers_and_are_rescored_offline(tmp_path: Path
         ("movies", "q1", 0),
     ]
     chain = GuardChain(build_guards(None, GuardDeps()), audit=None)
-    rescore(answers, lambda dataset: chain)
+    rescore(answers, lambda answer: chain)
     right, wrong = answers
     assert right.signals["p_true"] == wrong.signals["p_true"] > 0  # from the recorded P(yes)
     assert right.signals["span_in_passages"] > wrong.signals["span_in_passages"]

@@ -1,0 +1,339 @@
+"""Training data and training for the verifier (``guards.verifier``).
+
+Examples come from two places, both development data only:
+
+* **generated**: the answers of labelled ``ragguard eval`` runs (the answer and every extra
+  sample), labelled by the eval's own matching: the distribution the verifier will judge;
+* **gold**: for questions of the built-in sets, the gold answer (right) and a wrong one of the
+  same kind, taken from another question of the set (e.g. another film's year) or, for yes/no
+  sets, the other verdict; RGB's counterfactual answer is a wrong one too. Their passages are
+  retrieved from the set's index as the pipeline would.
+
+Training fine-tunes the top ``tune_layers`` layers of the embedding model's MiniLM and a one-logit
+head. The frozen lower layers run once per example (their output is cached), so an epoch costs
+about one forward pass of the tuned layers, and cross-fitted folds share the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from guards.answers import QuestionKind, is_declined, question_kind
+from guards.verifier import FORMAT, MAX_LENGTH, Verifier, base_network, verifier_inputs
+from rag.eval.dataset import EvalItem
+from rag.eval.summary import is_correct
+from rag.eval.training import LabelledAnswer
+
+
+@dataclass(frozen=True, slots=True)
+class VerifierExample:
+    """One (question, answer, passages) with whether the answer is right."""
+
+    dataset: str
+    group: str
+    """The question's id within its set: cross-fitting folds never split a question."""
+    question: str
+    answer: str
+    passages: tuple[str, ...]
+    label: int
+    source: str
+    """"generated" (a recorded answer) or "gold" (a gold answer or a made-up wrong one)."""
+
+
+def fold_of(dataset: str, group: str, folds: int) -> int:
+    """A question's fold: a stable hash of its set and id."""
+    digest = hashlib.sha256(f"{dataset}\x00{group}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") % folds
+
+
+def generated_examples(answers: Sequence[LabelledAnswer]) -> list[VerifierExample]:
+    """Every recorded answer and extra sample, labelled by the eval's matching (declined and
+    empty answers are left out: the verifier is not asked about them)."""
+    out = []
+    for a in answers:
+        passages = tuple(p["text"] for p in a.record["passages"])
+        texts = [a.answer] + [s["text"] for s in a.record["samples"][1:]]
+        for text in dict.fromkeys(t.strip() for t in texts):
+            label = is_correct(a.item, text)
+            if label is None or is_declined(text):
+                continue
+            out.append(
+                VerifierExample(
+                    a.dataset, a.item.id, a.item.question, text, passages, int(label), "generated"
+                )
+            )
+    return out
+
+
+_YES_NO = ("yes", "no", "maybe")
+
+
+def _phrasings(answer: str, rng: random.Random) -> str:
+    """A gold or wrong answer written the ways the generator writes its answers."""
+    return rng.choice((answer, f"{answer}.", f"The answer is: {answer}."))
+
+
+def gold_examples(
+    dataset: str,
+    items: Sequence[EvalItem],
+    passages_of: Callable[[EvalItem], Sequence[str]],
+    *,
+    seed: int = 0,
+) -> list[VerifierExample]:
+    """For each item: its gold answer (right) and a wrong answer of the same kind (another
+    item's gold answer, preferring one whose question opens with the same words; the other
+    verdicts for yes/no items; the known wrong answers, such as RGB's counterfactual)."""
+    rng = random.Random(f"{dataset}:{seed}")
+    by_opening: dict[tuple[str, ...], list[EvalItem]] = {}
+    by_kind: dict[QuestionKind, list[EvalItem]] = {}
+    for item in items:
+        if item.answers:
+            by_opening.setdefault(tuple(item.question.casefold().split()[:3]), []).append(item)
+            by_kind.setdefault(question_kind(item.question), []).append(item)
+    out = []
+    for item in items:
+        if not item.answers:
+            continue
+        passages = tuple(passages_of(item))
+        right = item.answers[0]
+        if item.answer_type == "yes_no":
+            wrongs = [rng.choice([v for v in _YES_NO if v != right.casefold()]).capitalize()]
+        else:
+            gold = {a.casefold() for a in item.answers}
+            pool = by_opening.get(tuple(item.question.casefold().split()[:3]), [])
+            pool = [o for o in pool if o.id != item.id and o.answers[0].casefold() not in gold]
+            if not pool:
+                pool = [
+                    o
+                    for o in by_kind.get(question_kind(item.question), [])
+                    if o.id != item.id and o.answers[0].casefold() not in gold
+                ]
+            wrongs = [rng.choice(pool).answers[0]] if pool else []
+            wrongs += list(item.wrong_answers)
+        for text, label in [(right, 1)] + [(w, 0) for w in wrongs]:
+            answer = _phrasings(text, rng)
+            if is_correct(item, answer) != bool(label):
+                continue  # a "wrong" answer the eval would count as right: not a negative
+            out.append(
+                VerifierExample(dataset, item.id, item.question, answer, passages, label, "gold")
+            )
+    return out
+
+
+def write_examples(examples: Sequence[VerifierExample], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as out:
+        for e in examples:
+            record = {
+                "dataset": e.dataset,
+                "group": e.group,
+                "question": e.question,
+                "answer": e.answer,
+                "passages": list(e.passages),
+                "label": e.label,
+                "source": e.source,
+            }
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+
+
+def read_examples(path: Path) -> list[VerifierExample]:
+    with path.open(encoding="utf-8") as lines:
+        return [
+            VerifierExample(
+                r["dataset"],
+                r["group"],
+                r["question"],
+                r["answer"],
+                tuple(r["passages"]),
+                int(r["label"]),
+                r["source"],
+            )
+            for r in map(json.loads, lines)
+            if r
+        ]
+
+
+@dataclass(slots=True)
+class TrainConfig:
+    tune_layers: int = 2
+    epochs: int = 2
+    batch_size: int = 16
+    lr_layers: float = 5e-5
+    lr_head: float = 5e-4
+    seed: int = 0
+    max_length: int = MAX_LENGTH
+
+
+class FrozenCache:
+    """The frozen lower layers' output for every example, computed once."""
+
+    def __init__(self, verifier: Verifier, examples: Sequence[VerifierExample], frozen: int):
+        import torch
+
+        self.examples = list(examples)
+        self.hidden: list[Any] = []
+        bert = verifier.model.bert
+        pairs = [verifier_inputs(e.question, e.answer, e.passages) for e in self.examples]
+        with torch.inference_mode():
+            for i in range(0, len(pairs), 32):
+                batch = verifier.tokenizer(
+                    [a for a, _ in pairs[i : i + 32]],
+                    [b for _, b in pairs[i : i + 32]],
+                    truncation="only_second",
+                    max_length=verifier.max_length,
+                    padding=True,
+                    return_tensors="pt",
+                )
+                out = bert(**batch, output_hidden_states=True)
+                states = out.hidden_states[frozen]
+                for row, mask in zip(states, batch["attention_mask"], strict=True):
+                    n = int(mask.sum())
+                    self.hidden.append(row[:n].to(torch.float16).clone())
+
+    def batch(self, indices: Sequence[int]) -> tuple[Any, Any]:
+        """Padded hidden states and the attention mask of these examples."""
+        import torch
+
+        rows = [self.hidden[i] for i in indices]
+        width = max(r.shape[0] for r in rows)
+        hidden = torch.zeros(len(rows), width, rows[0].shape[1])
+        mask = torch.zeros(len(rows), width, dtype=torch.long)
+        for k, r in enumerate(rows):
+            hidden[k, : r.shape[0]] = r.float()
+            mask[k, : r.shape[0]] = 1
+        return hidden, mask
+
+
+def _top_logits(model: Any, hidden: Any, mask: Any, frozen: int) -> Any:
+    """The classifier's logits from the output of layer ``frozen`` (the tuned layers onward)."""
+    from transformers.masking_utils import create_bidirectional_mask
+
+    attention = create_bidirectional_mask(
+        config=model.config, inputs_embeds=hidden, attention_mask=mask
+    )
+    for layer in model.bert.encoder.layer[frozen:]:
+        hidden = layer(hidden, attention)
+    pooled = model.bert.pooler(hidden)
+    return model.classifier(model.dropout(pooled)).squeeze(-1)
+
+
+def tuned_names(model: Any, tune_layers: int) -> list[str]:
+    frozen = model.config.num_hidden_layers - tune_layers
+    prefixes = [f"bert.encoder.layer.{i}." for i in range(frozen, model.config.num_hidden_layers)]
+    prefixes += ["bert.pooler.", "classifier."]
+    return [n for n, _ in model.named_parameters() if any(n.startswith(p) for p in prefixes)]
+
+
+def train_verifier(
+    base: Path,
+    cache: FrozenCache,
+    train: Sequence[int],
+    config: TrainConfig,
+    *,
+    log: Callable[[str], None] = print,
+) -> Verifier:
+    """A verifier with its top layers and head fine-tuned on the cached examples ``train``
+    (indices into ``cache.examples``); classes weighted to balance."""
+    import torch
+
+    torch.manual_seed(config.seed)
+    verifier = load_base(base, config.max_length)
+    model = verifier.model
+    frozen = model.config.num_hidden_layers - config.tune_layers
+    names = set(tuned_names(model, config.tune_layers))
+    for n, p in model.named_parameters():
+        p.requires_grad = n in names
+    head = [p for n, p in model.named_parameters() if n in names and "encoder.layer" not in n]
+    layers = [p for n, p in model.named_parameters() if n in names and "encoder.layer" in n]
+    optimizer = torch.optim.AdamW(
+        [{"params": layers, "lr": config.lr_layers}, {"params": head, "lr": config.lr_head}],
+        weight_decay=0.01,
+    )
+    labels = np.array([cache.examples[i].label for i in train], dtype=float)
+    pos = max(labels.mean(), 1e-3)
+    pos_weight = torch.tensor((1 - pos) / pos)
+    rng = random.Random(config.seed)
+    order = list(train)
+    steps = config.epochs * ((len(order) + config.batch_size - 1) // config.batch_size)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer,
+        max_lr=[config.lr_layers, config.lr_head],
+        total_steps=max(steps, 1),
+        pct_start=0.1,
+    )
+    model.train()
+    for epoch in range(config.epochs):
+        rng.shuffle(order)
+        losses = []
+        for i in range(0, len(order), config.batch_size):
+            chunk = order[i : i + config.batch_size]
+            hidden, mask = cache.batch(chunk)
+            target = torch.tensor([float(cache.examples[j].label) for j in chunk])
+            logits = _top_logits(model, hidden, mask, frozen)
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(
+                logits, target, pos_weight=pos_weight
+            )
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            losses.append(loss.item())
+        log(f"epoch {epoch + 1}/{config.epochs}: loss {np.mean(losses):.4f}")
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad = False
+    return verifier
+
+
+def cached_scores(
+    verifier: Verifier, cache: FrozenCache, indices: Sequence[int], tune_layers: int
+) -> list[float]:
+    """P(right) of these cached examples (what ``Verifier.score`` gives on them), for a verifier
+    whose top ``tune_layers`` layers were trained over ``cache``."""
+    import torch
+
+    model = verifier.model
+    frozen = model.config.num_hidden_layers - tune_layers
+    scores: list[float] = []
+    with torch.inference_mode():
+        for i in range(0, len(indices), 64):
+            hidden, mask = cache.batch(indices[i : i + 64])
+            scores += torch.sigmoid(_top_logits(model, hidden, mask, frozen)).tolist()
+    return scores
+
+
+def load_base(base: Path, max_length: int = MAX_LENGTH) -> Verifier:
+    """An untrained verifier over the base model (the head initialised at random)."""
+    model, tokenizer = base_network(base)
+    return Verifier(model, tokenizer, max_length=max_length)
+
+
+def save_verifier(
+    verifier: Verifier, path: Path, config: TrainConfig, about: dict[str, Any]
+) -> None:
+    """The tuned tensors (half precision) in ``path`` and their description beside it."""
+    import torch
+    from safetensors.torch import save_file
+
+    names = tuned_names(verifier.model, config.tune_layers)
+    state = verifier.model.state_dict()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({n: state[n].to(torch.float16).contiguous() for n in names}, str(path))
+    meta = {
+        "format": FORMAT,
+        "tune_layers": config.tune_layers,
+        "max_length": config.max_length,
+        "epochs": config.epochs,
+        **about,
+    }
+    path.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
