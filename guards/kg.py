@@ -27,8 +27,11 @@ _SPACE = re.compile(r"\s+")
 _APOSTROPHE = re.compile(r"(?<=\w)['’](?=\w)")
 """Inside a word an apostrophe is dropped, not split on: "I'll" and "Ill" are one name."""
 _TOKEN = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]", re.UNICODE)
-MAX_ENTITY_WORDS = 12
+MAX_ENTITY_WORDS = 16
 _FUNCTION_WORDS = frozenset({"a", "an", "the", "of", "to", "in", "on", "for", "by", "with"})
+_CUE_WORDS = _FUNCTION_WORDS | {"about"}
+"""A relation phrase made of these only ("in", "about") names its relation only for one of the
+relation's values: "in French" is a language, "released in 1999" is not."""
 
 
 def normalize(text: str) -> str:
@@ -55,6 +58,9 @@ class Mention:
     node: str
     start: int
     end: int
+    weak: bool = False
+    """A lower-case one-word match in mixed-case text ("shaft", "good"): maybe a title or value
+    written carelessly, maybe an ordinary word; ``extract_claims`` says which."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,11 +90,14 @@ MOVIE_RELATION_PHRASES: dict[str, list[str]] = {
         "actors",
         "actress",
         "cast",
+        "acted",
+        "appeared",
+        "appears",
     ],
     "release_year": ["released", "release", "came out", "premiered"],
-    "in_language": ["language", "spoken"],
+    "in_language": ["language", "languages", "spoken", "in"],
     "has_genre": ["genre", "genres"],
-    "has_tags": ["tag", "tags", "tagged"],
+    "has_tags": ["tag", "tags", "tagged", "about", "describe", "describes", "described"],
     "has_imdb_rating": ["rating", "rated"],
     "has_imdb_votes": ["votes"],
 }
@@ -144,6 +153,9 @@ class KnowledgeGraph:
             raise ValueError("an entity name is empty")
         key = normalize(name) or name.casefold()  # names of punctuation only ("$") stay as they are
         node = self._by_key.setdefault(key, name)
+        squashed = normalize(_PUNCT.sub("", name))  # "Kick-Ass 2" written "KickAss 2", "L.A." "LA"
+        if squashed and squashed != key:
+            self._by_key.setdefault(squashed, node)
         if node not in self.graph:
             self.graph.add_node(node)
         return node
@@ -206,11 +218,13 @@ class KnowledgeGraph:
     def objects(self, subject: str, relation: str) -> set[str]:
         return self._objects.get((subject, relation), set())
 
-    def link(self, text: str) -> list[Mention]:
+    def link(self, text: str, *, weak: bool = False) -> list[Mention]:
         """Entities mentioned in ``text``: longest normalised n-gram matches, left to right.
 
         A one-word match written in lower case ("made", "up") is taken for an ordinary word,
-        not a title, unless the whole text is in lower case."""
+        not a title, unless the whole text is in lower case; ``weak=True`` lists such words
+        too, marked ``weak``. Nor does a name begin in lower case and go on in capitals:
+        "starred in Time Changer" holds the film "Time Changer", not "In Time"."""
         tokens = [t for t in _TOKEN.findall(text) if _word(t)]
         words = [_word(t) for t in tokens]
         mixed_case = text != text.casefold()
@@ -221,8 +235,14 @@ class KnowledgeGraph:
                 node = self._by_key.get(" ".join(words[i : i + size]))
                 if node is None:
                     continue
-                if size == 1 and mixed_case and tokens[i].isalpha() and tokens[i].islower():
-                    continue
+                if mixed_case and tokens[i].isalpha() and tokens[i].islower():
+                    if size == 1 and weak and words[i] not in _CUE_WORDS:
+                        mentions.append(Mention(node, i, i + 1, weak=True))
+                    if size == 1 or (
+                        any(not t.islower() for t in tokens[i + 1 : i + size] if t.isalpha())
+                        and not next((c for c in node if c.isalpha()), "").islower()
+                    ):
+                        continue
                 mentions.append(Mention(node, i, i + size))
                 i += size
                 break
@@ -259,14 +279,28 @@ class KnowledgeGraph:
         """Claims the answer makes. Each entity of the answer is the object of the relation
         phrase nearest to it in the answer (else of the relations the question names); its
         subjects are the other entities of the question and answer that have that relation in
-        the graph (which also fixes the direction)."""
-        answer_words = _words(answer)
-        answer_mentions = self.link(answer)
+        the graph (which also fixes the direction).
+
+        A weak mention (a lower-case word in mixed-case text) may be an object: values such as
+        tags ("tagged hockey") or ratings ("rated good") are written so, and the relation phrase
+        and its range vouch for it. As a subject it is the last resort, and only for a claim
+        the graph holds: "shaft starred Richard Roundtree" is the film, "it was made by ..."
+        is no claim about the film "Made"."""
+        phrases = self._phrase_positions(_words(answer))
+        on_phrase = {i for _, start, end, _ in phrases for i in range(start, end)}
+        lower = answer == answer.casefold()  # then "has the tag x" is no film "Tag"
+        answer_mentions = [
+            m
+            for m in self.link(answer, weak=True)
+            if not ((m.weak or lower) and on_phrase.issuperset(range(m.start, m.end)))
+        ]
+        in_names = {i for m in answer_mentions if not m.weak for i in range(m.start, m.end)}
+        # The words of a title are no relation cue: "A Star Is Born", "All About Eve".
+        in_answer = [p for p in phrases if p[1] not in in_names]
         if not answer_mentions:
             return []
         question_entities = list(dict.fromkeys(m.node for m in self.link(question)))
-        in_answer = self._phrase_positions(answer_words)
-        in_question = {r for r, _ in self._phrase_positions(_words(question))}
+        in_question = {r for r, _, _, _ in self._phrase_positions(_words(question))}
         claims: list[Claim] = []
         for mention in answer_mentions:
             relations = self._nearest_relations(mention, in_answer) or in_question
@@ -287,33 +321,47 @@ class KnowledgeGraph:
         question_entities: list[str],
     ) -> list[str]:
         """Who the answer says has ``obj`` as its ``relation``: the nearest entity of the answer
-        that has that relation in the graph, else the question's entities that have it."""
-        in_answer = [
-            m for m in answer_mentions if m.node != obj.node and self.objects(m.node, relation)
-        ]
-        if in_answer:
-            before = [m for m in in_answer if m.start < obj.start]
-            pool = before or in_answer  # "X ... uses a temperature of 0.9": the subject comes first
-            nearest = min(abs(m.start - obj.start) for m in pool)
-            return list(dict.fromkeys(m.node for m in pool if abs(m.start - obj.start) == nearest))
-        return [n for n in question_entities if n != obj.node and self.objects(n, relation)]
+        that has that relation in the graph, else the question's entities that have it, else
+        the nearest weak mention of the answer for which the graph holds the claim."""
+        others = [m for m in answer_mentions if m.node != obj.node]
+        in_answer = [m for m in others if not m.weak and self.objects(m.node, relation)]
+        if not in_answer:
+            asked = [n for n in question_entities if n != obj.node and self.objects(n, relation)]
+            if asked:
+                return asked
+            in_answer = [m for m in others if m.weak and obj.node in self.objects(m.node, relation)]
+            if not in_answer:
+                return []
+        before = [m for m in in_answer if m.start < obj.start]
+        pool = before or in_answer  # "X ... uses a temperature of 0.9": the subject comes first
+        nearest = min(abs(m.start - obj.start) for m in pool)
+        return list(dict.fromkeys(m.node for m in pool if abs(m.start - obj.start) == nearest))
 
-    def _phrase_positions(self, words: list[str]) -> list[tuple[str, int]]:
-        """(relation, word offset) of every relation phrase in ``words``."""
+    def _phrase_positions(self, words: list[str]) -> list[tuple[str, int, int, bool]]:
+        """(relation, start, end word offsets, made of cue words only) of every relation
+        phrase in ``words``."""
         text = " " + " ".join(words) + " "
         found = []
         for relation, phrases in self.relation_phrases.items():
             for phrase in phrases:
+                cue = set(phrase.split()) <= _CUE_WORDS
                 start = text.find(f" {phrase} ")
                 while start != -1:
-                    found.append((relation, text.count(" ", 0, start + 1) - 1))
+                    first = text.count(" ", 0, start + 1) - 1
+                    found.append((relation, first, first + phrase.count(" ") + 1, cue))
                     start = text.find(f" {phrase} ", start + 1)
         return found
 
-    @staticmethod
-    def _nearest_relations(mention: Mention, positions: list[tuple[str, int]]) -> set[str]:
-        """Relations whose phrase is closest to the mention, preferring phrases before it."""
-        outside = [(r, p) for r, p in positions if not mention.start <= p < mention.end]
+    def _nearest_relations(
+        self, mention: Mention, positions: list[tuple[str, int, int, bool]]
+    ) -> set[str]:
+        """Relations whose phrase is closest to the mention, preferring phrases before it; a
+        phrase of cue words only ("in") counts only for a value of its relation."""
+        outside = [
+            (r, p)
+            for r, p, _, cue in positions
+            if not mention.start <= p < mention.end and (not cue or mention.node in self._range[r])
+        ]
         if not outside:
             return set()
         before = [(r, p) for r, p in outside if p < mention.start]

@@ -181,3 +181,106 @@ def test_each_value_goes_to_its_nearest_subject_and_accents_link() -> None:
         TRIPLES, functional_relations={"release_year"}, relation_phrases=MOVIE_RELATION_PHRASES
     )
     assert [m.node for m in kg.link("Amélie came out in 2001.")] == ["Amélie", "2001"]
+
+
+MOVIE_TRIPLES = [
+    ("The Big Sleep", "directed_by", "Howard Hawks"),
+    ("The Big Sleep", "has_tags", "film noir"),
+    ("The Big Sleep", "has_tags", "remake"),
+    ("The Big Sleep", "in_language", "English"),
+    ("Shaft", "starred_actors", "Richard Roundtree"),
+    ("Shaft", "has_tags", "blaxploitation"),
+    ("Shaft", "has_imdb_rating", "good"),
+    ("Welcome", "in_language", "French"),
+    ("Welcome", "release_year", "2009"),
+    ("Goon", "has_tags", "hockey"),
+    ("Goon", "has_tags", "comedy"),
+    ("Goon", "has_genre", "Comedy"),
+    ("Made", "directed_by", "Jon Favreau"),
+    ("Bad Teacher", "has_imdb_rating", "bad"),
+]
+
+
+@pytest.fixture
+def movies() -> KnowledgeGraph:
+    return KnowledgeGraph(
+        MOVIE_TRIPLES,
+        functional_relations={"release_year", "directed_by", "has_imdb_rating"},
+        relation_phrases=MOVIE_RELATION_PHRASES,
+    )
+
+
+def supported(kg: KnowledgeGraph, answer: str, question: str = "") -> set[tuple[str, str, str]]:
+    return {(s, r, o) for s, r, o, v in verdicts(kg, answer, question) if v is Verdict.SUPPORTED}
+
+
+def test_tag_claims_in_their_usual_phrasings_are_supported(movies: KnowledgeGraph) -> None:
+    # Tags are written in lower case, like ordinary words, yet they are the claim's value.
+    for answer in (
+        "Goon is tagged hockey.",
+        "Goon has the tag hockey.",
+        "Goon is about hockey.",
+        "The tags of Goon include hockey.",
+    ):
+        assert supported(movies, answer) == {("Goon", "has_tags", "hockey")}, answer
+    assert ("Goon", "has_tags", "hockey") in supported(movies, "Hockey.", "What is Goon about?")
+
+
+def test_title_in_capitals_and_lower_case_title_claims_are_supported(
+    movies: KnowledgeGraph,
+) -> None:
+    assert supported(movies, "THE BIG SLEEP is tagged remake.") == {
+        ("The Big Sleep", "has_tags", "remake")
+    }
+    assert supported(movies, "BIG SLEEP was directed by Howard Hawks.") == {
+        ("The Big Sleep", "directed_by", "Howard Hawks")
+    }
+    # A title that is also an English word, written in lower case in a mixed-case answer.
+    assert supported(movies, "shaft starred Richard Roundtree.") == {
+        ("Shaft", "starred_actors", "Richard Roundtree")
+    }
+    assert supported(movies, "SHAFT has a rating of good.") == {
+        ("Shaft", "has_imdb_rating", "good")
+    }
+
+
+def test_language_claims_are_supported(movies: KnowledgeGraph) -> None:
+    for answer in (
+        "The language of welcome is French.",
+        "Welcome is in French.",
+        "WELCOME is a French-language film.",
+    ):
+        assert supported(movies, answer) == {("Welcome", "in_language", "French")}, answer
+    # "in" speaks of a language only before one: a year after it is still a release year.
+    assert supported(movies, "Welcome was released in 2009.") == {
+        ("Welcome", "release_year", "2009")
+    }
+
+
+def test_corrupted_tag_and_language_claims_are_not_supported(movies: KnowledgeGraph) -> None:
+    for answer in (
+        "SHAFT is tagged remake.",
+        "shaft is tagged remake.",
+        "Shaft is about hockey.",
+        "THE BIG SLEEP is tagged blaxploitation.",
+        "The language of welcome is English.",
+    ):
+        assert not supported(movies, answer), answer
+    assert verdicts(movies, "SHAFT has a rating of bad.") == [
+        ("Shaft", "has_imdb_rating", "bad", Verdict.CONTRADICTED)
+    ]
+
+
+def test_a_lower_case_word_is_a_title_only_when_the_graph_confirms_the_claim(
+    movies: KnowledgeGraph,
+) -> None:
+    # "made" might be the film Made; read so, it would contradict the graph: it is a verb.
+    assert verdicts(movies, "It was made in Paris and directed by Howard Hawks.") == []
+    assert verdicts(movies, "It was made by Howard Hawks.") == []
+    # The question's film comes before a weak word of the answer as the claim's subject.
+    assert verdicts(movies, "It was made by Howard Hawks.", "Who directed The Big Sleep?") == [
+        ("The Big Sleep", "directed_by", "Howard Hawks", Verdict.SUPPORTED)
+    ]
+    assert supported(movies, "Jon Favreau directed made.") == {
+        ("Made", "directed_by", "Jon Favreau")
+    }
