@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-BUILTIN_NAMES = ("musique", "hotpotqa", "pubmedqa", "metaqa", "halueval", "rgb")
+BUILTIN_NAMES = ("musique", "hotpotqa", "pubmedqa", "metaqa", "halueval", "rgb", "rgb_noise")
 SUMMARY = (
     ("accuracy", ("answers", "accuracy")),
     ("EM", ("answers", "exact_match")),

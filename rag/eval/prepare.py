@@ -183,6 +183,22 @@ def prepare_rgb(data_dir: Path) -> PreparedDataset:
     return PreparedDataset("rgb", items, docs)
 
 
+def prepare_rgb_noise(data_dir: Path) -> PreparedDataset:
+    """RGB's queries over an index of their noise passages only: no passage holds the answer,
+    so the right outcome is to decline or withhold (what share does is the figure to read; an
+    answer naming the true answer came from the model's own memory)."""
+    docs = [
+        Document(f"rgb-{row.id}-noise-{j}", text, {"title": row.query, "kind": "noise"})
+        for row in ds.load_rgb(data_dir)
+        for j, text in enumerate(row.negative)
+    ]
+    items = [
+        EvalItem(id=row.id, question=row.query, answers=row.answers)
+        for row in ds.load_rgb(data_dir)
+    ]
+    return PreparedDataset("rgb_noise", items, docs)
+
+
 BUILTIN: dict[str, Callable[[Path], PreparedDataset]] = {
     "musique": prepare_musique,
     "hotpotqa": prepare_hotpotqa,
@@ -190,6 +206,7 @@ BUILTIN: dict[str, Callable[[Path], PreparedDataset]] = {
     "metaqa": prepare_metaqa,
     "halueval": prepare_halueval,
     "rgb": prepare_rgb,
+    "rgb_noise": prepare_rgb_noise,
 }
 
 
