@@ -25,8 +25,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from guards import ConfidenceModel, GuardChain, KnowledgeGraph  # noqa: E402
+from guards import ConfidenceModel, GuardChain, KnowledgeGraph, Policy  # noqa: E402
 from guards.registry import GuardDeps, build_guards, signal_directions  # noqa: E402
+from rag.eval.records import read_records  # noqa: E402
 from rag.eval.training import (  # noqa: E402
     LabelledAnswer,
     figures,
@@ -58,7 +59,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "the fold that never saw its question (default: no verifier; the shipped one has seen "
         "every development question)",
     )
+    parser.add_argument(
+        "--no-answer-runs",
+        type=Path,
+        help="folder of <set>/ eval outputs whose passages hold no answer (rgb_noise): the "
+        "share the fitted model and the default policy withhold, send to review, or let through",
+    )
     return parser.parse_args(argv)
+
+
+SAME_QUESTIONS = {"rgb_noise": "rgb"}
+"""Sets that ask another set's questions: their answers go to that set's verifier fold."""
 
 
 def chains(data_dir: Path, verifier_folds: Path | None) -> Any:
@@ -78,7 +89,8 @@ def chains(data_dir: Path, verifier_folds: Path | None) -> Any:
 
     def chain_for(answer: LabelledAnswer) -> GuardChain:
         graph = "metaqa" if answer.dataset == "metaqa" else "default"
-        fold = fold_of(answer.dataset, answer.item.id, len(verifiers)) if verifiers else -1
+        asked = SAME_QUESTIONS.get(answer.dataset, answer.dataset)
+        fold = fold_of(asked, answer.item.id, len(verifiers)) if verifiers else -1
         if (graph, fold) not in built:
             if graph not in graphs:
                 load = prepare_metaqa(data_dir).load_graph
@@ -187,6 +199,8 @@ def main(argv: list[str] | None = None) -> None:
         f"\nin-sample (all sets): accuracy at 50 % coverage "
         f"{selective_accuracy(pooled, all_labels, 0.5):.3f} vs {np.mean(all_labels):.3f}"
     )
+    if args.no_answer_runs:
+        no_answer_report(args.no_answer_runs, model, chain_for)
     if args.write_model:
         model.notes.update(
             {
@@ -199,6 +213,26 @@ def main(argv: list[str] | None = None) -> None:
         model.save(args.model_path)
         print(f"wrote {args.model_path}")
     print(json.dumps(report, default=float))
+
+
+def no_answer_report(runs: Path, model: ConfidenceModel, chain_for: Any) -> None:
+    """What the policy does with answers to questions whose passages hold no answer."""
+    settings = Settings()
+    policy = Policy(abstain_below=settings.abstain_below, review_below=settings.review_below)
+    for run_dir in sorted(p for p in runs.iterdir() if (p / "dataset.jsonl").is_file()):
+        records = read_records(next(run_dir.glob("*/items.jsonl")))
+        declined = sum(1 for r in records.values() if r.get("declined"))
+        answers = load_run(run_dir)
+        rescore(answers, chain_for)
+        actions = [policy.decide(a.results, model.score(a.signals)).action.value for a in answers]
+        counts = {k: actions.count(k) for k in ("abstain", "review", "answer")}
+        held = declined + counts["abstain"]
+        print(
+            f"\nNo answer in the passages ({run_dir.name}, {len(records)} questions): declined "
+            f"{declined}, withheld {counts['abstain']}, review {counts['review']}, answered "
+            f"{counts['answer']}; withheld or declined {held / len(records):.2f} "
+            f"(thresholds {settings.abstain_below} / {settings.review_below})"
+        )
 
 
 if __name__ == "__main__":

@@ -9,9 +9,10 @@ frozen layers' output once, then:
    whose question is not in that fold, and scores that fold's recorded answers (each question's
    answers are scored by a verifier that never saw the question); prints the AUROC per set and
    writes the fold models, which benchmarks/judgement.py uses (``--verifier-folds``);
-2. with ``--write``, trains on everything and writes the shipped ``rag/data/verifier.*``.
+2. with ``--write FILE``, trains on everything and writes ``FILE`` (``.safetensors``, with its
+   ``.json`` description beside it), for ``RAGGUARD_VERIFIER=FILE``.
 
-    python benchmarks/train_verifier.py --runs eval-runs/labelled --out eval-runs/verifier --write
+    python benchmarks/train_verifier.py --runs eval-runs/labelled --out eval-runs/verifier
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ from rag.eval.verifier_training import (  # noqa: E402
 )
 
 DEFAULT_DATA_DIR = ROOT.parent / "shared" / "data"
-SHIPPED = ROOT / "rag" / "data" / "verifier.safetensors"
 GOLD_LIMITS: dict[str, int] = {
     "metaqa": 500,
     "pubmedqa": 300,
@@ -64,9 +64,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, required=True, help="folder for examples and folds")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--folds", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--tune-layers", type=int, default=2)
-    parser.add_argument("--write", action="store_true", help=f"train on all, write {SHIPPED.name}")
+    parser.add_argument("--write", type=Path, help="train on all, write this .safetensors file")
     parser.add_argument("--rebuild", action="store_true", help="rebuild the examples file")
     return parser.parse_args(argv)
 
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     frozen = 6 - config.tune_layers
     t0 = time.perf_counter()
     probe = load_base(base, config.max_length)
-    cache = FrozenCache(probe, examples, frozen)
+    cache = FrozenCache(probe, examples, frozen, args.out / f"cache-layer{frozen}.pt")
     took = time.perf_counter() - t0
     print(f"cached {len(examples)} examples' layer-{frozen} states in {took:.0f} s")
 
@@ -176,9 +176,9 @@ def main(argv: list[str] | None = None) -> None:
             "trained_on": {k: sum(v) for k, v in counts.items()},
             "crossfit_auroc": report.get("answers", {}),
         }
-        save_verifier(verifier, SHIPPED, config, about)
+        save_verifier(verifier, args.write, config, about)
         took = time.perf_counter() - t0
-        print(f"wrote {SHIPPED} ({SHIPPED.stat().st_size / 1e6:.1f} MB) in {took:.0f} s")
+        print(f"wrote {args.write} ({args.write.stat().st_size / 1e6:.1f} MB) in {took:.0f} s")
         check = verifier.score(
             "Who wrote Hamlet?",
             "Shakespeare",

@@ -35,8 +35,6 @@ logger = logging.getLogger(__name__)
 DATA = Path(__file__).resolve().parent / "data"
 DEFAULT_CONFIDENCE_MODEL = DATA / "confidence.json"
 """Fitted on labelled development answers by ``benchmarks/judgement.py --write-model``."""
-DEFAULT_VERIFIER = DATA / "verifier.safetensors"
-"""Trained on labelled development answers by ``benchmarks/train_verifier.py --write``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,23 +72,18 @@ def _load_verifier(weights: Path, mtime_ns: int, base: Path) -> Verifier:
 
 def load_verifier(settings: Settings) -> Verifier | None:
     """The configured trained verifier over the default embedding model's network; None when
-    it is off. The shipped one that does not load (its base model missing or different) is a
-    warning; a configured file that does not load is an error."""
-    if settings.verifier == "off":
+    none is configured. One that does not load is an ``InvalidInputError``."""
+    if settings.verifier is None:
         return None
-    shipped = settings.verifier == "default"
-    weights = DEFAULT_VERIFIER if shipped else Path(settings.verifier).expanduser()
+    weights = settings.verifier.expanduser()
     try:
         base = default_embedding_path()
         meta = json.loads(weights.with_suffix(".json").read_text(encoding="utf-8"))
         if meta.get("base_fingerprint") not in (None, model_fingerprint(base)):
             raise VerifierLoadError(f"{weights} was trained over another build of {base}")
         return _load_verifier(weights, weights.stat().st_mtime_ns, base)
-    except (OSError, ValueError, InvalidInputError) as exc:
-        if not shipped:
-            raise InvalidInputError(f"RAGGUARD_VERIFIER {weights} does not load: {exc}") from exc
-        logger.warning("shipped verifier did not load (%s): answers are not verified", exc)
-        return None
+    except (OSError, ValueError) as exc:
+        raise InvalidInputError(f"RAGGUARD_VERIFIER {weights} does not load: {exc}") from exc
 
 
 class AnswerChecker:

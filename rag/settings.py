@@ -100,10 +100,11 @@ class Settings(BaseSettings):
         "guard (repetition, grounding, self_consistency, answer_evidence, evidence_conflict, "
         "self_verification, verifier, knowledge_graph)",
     )
-    verifier: str = Field(
-        "default",
-        description="trained verifier weights: 'default' = the shipped one, 'off' = none, or "
-        "the path of a .safetensors file written by benchmarks/train_verifier.py",
+    verifier: Path | None = Field(
+        None,
+        description="trained verifier weights (a .safetensors file written by "
+        "benchmarks/train_verifier.py --write); empty = no verifier (none ships: see "
+        "docs/benchmarks.md)",
     )
     self_verification: bool = Field(
         False,

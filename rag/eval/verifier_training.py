@@ -4,7 +4,9 @@ Examples come from two places, both development data only:
 
 * **generated**: the answers of labelled ``ragguard eval`` runs (the answer and every extra
   sample), labelled by the eval's own matching: the distribution the verifier will judge;
-* **gold**: for questions of the built-in sets, the gold answer (right) and a wrong one of the
+* **gold**: for questions of the built-in sets, the gold answer (right, kept only when the
+  retrieved passages state it: a right answer nothing retrieved supports is not something a
+  reader of the passages can check, and such examples measured as noise) and a wrong one of the
   same kind, taken from another question of the set (e.g. another film's year) or, for yes/no
   sets, the other verdict; RGB's counterfactual answer is a wrong one too. Their passages are
   retrieved from the set's index as the pipeline would.
@@ -26,8 +28,21 @@ from typing import Any
 
 import numpy as np
 
-from guards.answers import QuestionKind, is_declined, question_kind
-from guards.verifier import FORMAT, MAX_LENGTH, Verifier, base_network, verifier_inputs
+from guards.answers import (
+    QuestionKind,
+    answer_core,
+    is_declined,
+    normalize_answer,
+    question_kind,
+)
+from guards.verifier import (
+    FORMAT,
+    MAX_LENGTH,
+    Verifier,
+    base_network,
+    evidence_window,
+    verifier_inputs,
+)
 from rag.eval.dataset import EvalItem
 from rag.eval.summary import is_correct
 from rag.eval.training import LabelledAnswer
@@ -122,10 +137,17 @@ def gold_examples(
             answer = _phrasings(text, rng)
             if is_correct(item, answer) != bool(label):
                 continue  # a "wrong" answer the eval would count as right: not a negative
+            if label and item.answer_type == "free" and not _in_evidence(item, answer, passages):
+                continue  # right, but nothing retrieved says so: nothing a reader could check
             out.append(
                 VerifierExample(dataset, item.id, item.question, answer, passages, label, "gold")
             )
     return out
+
+
+def _in_evidence(item: EvalItem, answer: str, passages: Sequence[str]) -> bool:
+    window = f" {normalize_answer(evidence_window(item.question, answer, passages))} "
+    return f" {normalize_answer(answer_core(answer))} " in window
 
 
 def write_examples(examples: Sequence[VerifierExample], path: Path) -> None:
@@ -166,22 +188,37 @@ def read_examples(path: Path) -> list[VerifierExample]:
 @dataclass(slots=True)
 class TrainConfig:
     tune_layers: int = 2
-    epochs: int = 2
+    epochs: int = 3
     batch_size: int = 16
-    lr_layers: float = 5e-5
-    lr_head: float = 5e-4
+    lr_layers: float = 3e-4
+    lr_head: float = 3e-3
     seed: int = 0
     max_length: int = MAX_LENGTH
 
 
 class FrozenCache:
-    """The frozen lower layers' output for every example, computed once."""
+    """The frozen lower layers' output for every example, computed once (and kept in ``path``
+    when given, for the next run on the same examples)."""
 
-    def __init__(self, verifier: Verifier, examples: Sequence[VerifierExample], frozen: int):
+    def __init__(
+        self,
+        verifier: Verifier,
+        examples: Sequence[VerifierExample],
+        frozen: int,
+        path: Path | None = None,
+    ):
         import torch
 
         self.examples = list(examples)
         self.hidden: list[Any] = []
+        key = hashlib.sha256(
+            json.dumps([frozen, verifier.max_length, [repr(e) for e in self.examples]]).encode()
+        ).hexdigest()[:16]
+        if path is not None and path.is_file():
+            saved = torch.load(path)
+            if saved["key"] == key:
+                self.hidden = saved["hidden"]
+                return
         bert = verifier.model.bert
         pairs = [verifier_inputs(e.question, e.answer, e.passages) for e in self.examples]
         with torch.inference_mode():
@@ -199,6 +236,8 @@ class FrozenCache:
                 for row, mask in zip(states, batch["attention_mask"], strict=True):
                     n = int(mask.sum())
                     self.hidden.append(row[:n].to(torch.float16).clone())
+        if path is not None:
+            torch.save({"key": key, "hidden": self.hidden}, path)
 
     def batch(self, indices: Sequence[int]) -> tuple[Any, Any]:
         """Padded hidden states and the attention mask of these examples."""
