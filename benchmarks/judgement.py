@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{fmt(float(np.mean(above)) if above else None)} | "
             f"{fmt(float(np.mean(below)) if below else None)} |"
         )
+    policy_report(sets, by_set, loso)
     model = ConfidenceModel.fit(
         [a.signals for a in answers],
         [a.correct for a in answers],
@@ -213,6 +214,31 @@ def main(argv: list[str] | None = None) -> None:
         model.save(args.model_path)
         print(f"wrote {args.model_path}")
     print(json.dumps(report, default=float))
+
+
+def policy_report(
+    sets: list[str], by_set: dict[str, list[LabelledAnswer]], loso: dict[str, list[float]]
+) -> None:
+    """The default policy applied to the left-out confidences and the guards' verdicts."""
+    settings = Settings()
+    policy = Policy(abstain_below=settings.abstain_below, review_below=settings.review_below)
+    thresholds = f"{settings.abstain_below} / {settings.review_below}"
+    print(f"\nThe policy ({thresholds}) on left-out scores:\n")
+    print("| set | answered | acc. answered | acc. review | withheld | acc. withheld |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for s in sets:
+        acts: dict[str, list[int]] = {"answer": [], "review": [], "abstain": []}
+        for a, score in zip(by_set[s], loso[s], strict=True):
+            acts[policy.decide(a.results, score).action.value].append(a.correct)
+        n = len(by_set[s])
+
+        def acc(v: list[int]) -> str:
+            return fmt(float(np.mean(v)) if v else None)
+
+        print(
+            f"| {s} | {len(acts['answer']) / n:.2f} | {acc(acts['answer'])} | "
+            f"{acc(acts['review'])} | {len(acts['abstain']) / n:.2f} | {acc(acts['abstain'])} |"
+        )
 
 
 def no_answer_report(runs: Path, model: ConfidenceModel, chain_for: Any) -> None:
