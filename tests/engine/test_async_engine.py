@@ -135,19 +135,26 @@ def test_external_abort_ends_the_stream_and_duplicate_ids_are_refused(
     from engine import FinishReason
 
     text = prompt(async_engine, "Tell me a long story about the sea.")
+    llm = async_engine.engine
+    pool = llm.block_manager.num_blocks * llm.config.block_size
+    long = min(2000, pool // 2, llm.max_model_len // 2)
 
     async def main() -> list:
         outputs = []
 
         async def consume() -> None:
+            # Far more tokens than the test waits for: on a busy machine the event loop may see
+            # its first output late, and a story that had already ended would leave nothing to
+            # refuse or abort (it is aborted long before it gets near this length).
             async for out in async_engine.generate(
-                text, SamplingParams(max_tokens=300, ignore_eos=True), request_id="story"
+                text, SamplingParams(max_tokens=long, ignore_eos=True), request_id="story"
             ):
                 outputs.append(out)
 
         task = asyncio.create_task(consume())
-        while not outputs:  # running: it has produced a token
+        while not outputs and not task.done():  # running: it has produced a token
             await asyncio.sleep(0.01)
+        assert not task.done(), task.exception()
         with pytest.raises(ValueError, match="already in use"):
             async for _ in async_engine.generate(
                 text, SamplingParams(max_tokens=5), request_id="story"
