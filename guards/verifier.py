@@ -3,7 +3,7 @@
 A small cross-encoder (MiniLM-L6, the embedding model's own network, with its top layers and a
 one-logit head fine-tuned on our labelled development answers: ``rag.eval.verifier_training``)
 reads the question with the answer, and an evidence window of the passage sentences that bear on
-them (``evidence_window``), and returns P(right). The shipped weights hold only the tuned layers
+them (``evidence_window``), and returns P(right). Its saved weights hold only the tuned layers
 and the head; the rest is loaded from the embedding model's folder, so the package stays small.
 """
 
