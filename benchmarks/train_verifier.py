@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from guards.verifier import verifier_inputs  # noqa: E402
+from rag.eval.dataset import EvalItem  # noqa: E402
 from rag.eval.metrics import auroc  # noqa: E402
 from rag.eval.training import LabelledAnswer, load_run  # noqa: E402
 from rag.eval.verifier_training import (  # noqa: E402
@@ -85,8 +86,8 @@ def build_examples(answers: list[LabelledAnswer], data_dir: Path) -> list[Verifi
     for name, limit in GOLD_LIMITS.items():
         items = prepare(name, data_dir).items[:limit]
 
-        def passages_of(item: object, name: str = name) -> list[str]:
-            r = retrieve.run(item.question, name, settings.top_k, settings.min_score)  # type: ignore[attr-defined]
+        def passages_of(item: EvalItem, name: str = name) -> list[str]:
+            r = retrieve.run(item.question, name, settings.top_k, settings.min_score)
             return [p.text for p in r.passages]
 
         made = gold_examples(name, items, passages_of)

@@ -83,13 +83,19 @@ class Verifier:
         self._lock = threading.Lock()  # fast tokenizers toggle truncation state per call
 
     @classmethod
-    def load(cls, weights: Path, base: Path) -> Verifier:
+    def load(cls, weights: Path, base: Path, *, base_fingerprint: str | None = None) -> Verifier:
         """The base model's network (a BERT folder with ``model.safetensors``) with the tuned
-        tensors of ``weights`` (a safetensors file with a ``.json`` description beside it)."""
+        tensors of ``weights`` (a safetensors file with a ``.json`` description beside it);
+        ``base_fingerprint``, when given, must match the one the description records."""
         meta_path = weights.with_suffix(".json")
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         if meta.get("format") != FORMAT:
             raise VerifierLoadError(f"{meta_path}: not a {FORMAT} description")
+        if base_fingerprint is not None and meta.get("base_fingerprint") not in (
+            None,
+            base_fingerprint,
+        ):
+            raise VerifierLoadError(f"{weights} was trained over another build of {base}")
         tuned = _read_tensors(weights)
         model, tokenizer = base_network(base)
         own = model.state_dict()

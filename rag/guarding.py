@@ -4,7 +4,6 @@ stage is the policy (``AnswerChecker.decide``), with a request's own thresholds 
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -25,7 +24,7 @@ from guards import (
 )
 from guards.registry import GuardDeps, UnknownGuardError, build_guards
 from guards.repetition import LOOP_STOP_REASON
-from guards.verifier import Verifier, VerifierLoadError
+from guards.verifier import Verifier
 from rag.embed import Embedder, default_embedding_path, model_fingerprint
 from rag.errors import InvalidInputError
 from rag.settings import Settings
@@ -67,7 +66,7 @@ def candidate(c: CompletionOutput) -> Candidate:
 @functools.lru_cache(maxsize=4)
 def _load_verifier(weights: Path, mtime_ns: int, base: Path) -> Verifier:
     """One copy per weights file (read-only once loaded, so pipelines share it)."""
-    return Verifier.load(weights, base)
+    return Verifier.load(weights, base, base_fingerprint=model_fingerprint(base))
 
 
 def load_verifier(settings: Settings) -> Verifier | None:
@@ -77,11 +76,7 @@ def load_verifier(settings: Settings) -> Verifier | None:
         return None
     weights = settings.verifier.expanduser()
     try:
-        base = default_embedding_path()
-        meta = json.loads(weights.with_suffix(".json").read_text(encoding="utf-8"))
-        if meta.get("base_fingerprint") not in (None, model_fingerprint(base)):
-            raise VerifierLoadError(f"{weights} was trained over another build of {base}")
-        return _load_verifier(weights, weights.stat().st_mtime_ns, base)
+        return _load_verifier(weights, weights.stat().st_mtime_ns, default_embedding_path())
     except (OSError, ValueError) as exc:
         raise InvalidInputError(f"RAGGUARD_VERIFIER {weights} does not load: {exc}") from exc
 

@@ -22,7 +22,7 @@ import hashlib
 import json
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from guards.verifier import (
     evidence_window,
     verifier_inputs,
 )
+from rag.atomic import atomic_write_bytes
 from rag.eval.dataset import EvalItem
 from rag.eval.summary import is_correct
 from rag.eval.training import LabelledAnswer
@@ -151,37 +152,17 @@ def _in_evidence(item: EvalItem, answer: str, passages: Sequence[str]) -> bool:
 
 
 def write_examples(examples: Sequence[VerifierExample], path: Path) -> None:
+    """The examples as JSONL, written atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as out:
-        for e in examples:
-            record = {
-                "dataset": e.dataset,
-                "group": e.group,
-                "question": e.question,
-                "answer": e.answer,
-                "passages": list(e.passages),
-                "label": e.label,
-                "source": e.source,
-            }
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
-    tmp.replace(path)
+    lines = (json.dumps(asdict(e), ensure_ascii=False) + "\n" for e in examples)
+    atomic_write_bytes(path, "".join(lines).encode())
 
 
 def read_examples(path: Path) -> list[VerifierExample]:
     with path.open(encoding="utf-8") as lines:
         return [
-            VerifierExample(
-                r["dataset"],
-                r["group"],
-                r["question"],
-                r["answer"],
-                tuple(r["passages"]),
-                int(r["label"]),
-                r["source"],
-            )
+            VerifierExample(**{**r, "passages": tuple(r["passages"])})
             for r in map(json.loads, lines)
-            if r
         ]
 
 
@@ -375,4 +356,4 @@ def save_verifier(
         "epochs": config.epochs,
         **about,
     }
-    path.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    atomic_write_bytes(path.with_suffix(".json"), (json.dumps(meta, indent=2) + "\n").encode())
