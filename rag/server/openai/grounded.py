@@ -16,7 +16,8 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from rag.pipeline import Pipeline
 from rag.server.disconnect import unless_disconnected
 from rag.server.openai.errors import error_event
-from rag.server.openai.raw import RawJob, Tokens
+from rag.server.openai.logprobs import Tokens
+from rag.server.openai.raw import RawJob
 from rag.server.openai.schemas import (
     ChatChoice,
     ChatChunkChoice,

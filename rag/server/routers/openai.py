@@ -22,7 +22,8 @@ from engine.sampling_params import SamplingParams
 from rag.pipeline import Pipeline
 from rag.server.openai.errors import OpenAIAPIError, OpenAIRoute
 from rag.server.openai.grounded import GroundedJob, answer_grounded
-from rag.server.openai.raw import RawJob, Tokens, generate_raw
+from rag.server.openai.logprobs import Tokens
+from rag.server.openai.raw import RawJob, generate_raw
 from rag.server.openai.schemas import (
     GROUNDED_MODEL,
     ChatCompletionRequest,
