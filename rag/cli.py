@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -58,27 +59,31 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _print_result(result: Any, as_json: bool, *, answer_shown: bool = False) -> None:
+    from rag.display import safe_text  # model and document text: shown, never obeyed
+
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
         return
+    answer = safe_text(result.answer)
     if not answer_shown:
-        print(result.answer)
+        print(answer)
     elif result.abstained:
-        print(f"\n(withheld: the text above is not the answer; the answer is: {result.answer})")
+        print(f"\n(withheld: the text above is not the answer; the answer is: {answer})")
     if result.abstained:
-        print(f"\n(abstained: {result.abstain_reason})")
+        print(f"\n(abstained: {safe_text(result.abstain_reason or '')})")
     elif result.confidence is not None or result.decision_reasons:
         confidence = "" if result.confidence is None else f" (confidence {result.confidence:.2f})"
         print(f"\ndecision: {result.decision}{confidence}")
         for reason in result.decision_reasons:
-            print(f"  - {reason}")
+            print(f"  - {safe_text(reason)}")
         if result.review_id:
             print(f"  queued for review as {result.review_id}")
     if result.citations:
         print("\nSources:")
         for c in result.citations:
             snippet = " ".join(c.text.split())[:100]
-            print(f"  [{c.number}] {c.doc_id} (score {c.score:.2f}, {c.method}): {snippet}...")
+            line = f"  [{c.number}] {c.doc_id} (score {c.score:.2f}, {c.method}): {snippet}..."
+            print(safe_text(line))
     timings = ", ".join(f"{k.removesuffix('_s')} {v:.2f}s" for k, v in result.timings.items())
     print(
         f"\n{timings}; {result.usage.prompt_tokens} prompt + "
@@ -131,12 +136,13 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 def _print_stream(events: Iterator[Any]) -> int:
     """Print the answer's tokens as they arrive, then what the guards decided."""
+    from rag.display import safe_text
     from rag.types import ResultEvent, TokenEvent
 
     shown = False
     for event in events:
         if isinstance(event, TokenEvent):
-            print(event.text, end="", flush=True)
+            print(safe_text(event.text), end="", flush=True)
             shown = True
         elif isinstance(event, ResultEvent):
             if shown:
@@ -146,17 +152,16 @@ def _print_stream(events: Iterator[Any]) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import logging
+    import math
 
     import uvicorn
 
+    from rag import logs
     from rag.server import create_app
     from rag.server.auth import KeyStore, check_bind
 
     settings = _settings(args, host=args.host, port=args.port)
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(settings.log_level, settings.log_format)
     keys = KeyStore(settings.data_dir / "keys.sqlite", settings.api_keys)
     try:
         protection = check_bind(settings.host, keys)  # refuses beyond loopback without keys
@@ -173,8 +178,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
-        # On SIGTERM: stop accepting, let in-flight questions finish for up to the grace period.
-        timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
+        log_config=None,  # uvicorn's records go through ours (logs.configure)
+        access_log=False,  # the app logs each request itself (rag.server.request_log)
+        # On SIGTERM: stop accepting, let in-flight questions finish for up to the grace period
+        # (streams are cancelled at its end: rag.server.streaming), then stop.
+        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s) + 2,
     )
     return 0
 
@@ -213,6 +221,24 @@ def cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
+class _IntermixedParser(argparse.ArgumentParser):
+    """A subcommand's parser that takes its options before, between or after its positionals
+    (``ragguard review claim --reviewer bob ID`` as well as ``... claim ID --reviewer bob``)."""
+
+    _intermixing = False
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self._intermixing:  # parse_known_intermixed_args calls back here: the plain parse
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--index", help="index name (default: RAGGUARD_INDEX_NAME or 'demo')")
     parser.add_argument("--index-dir", type=Path, help="folder of indexes (default: ./indexes)")
@@ -222,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ragguard", description="Grounded question answering with checked answers."
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_IntermixedParser)
 
     p = sub.add_parser(
         "ingest", help="add files or folders (.txt .md .html .pdf .jsonl) to an index"
@@ -272,6 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_EXIT_SIGPIPE = 141
+"""128 + SIGPIPE (13): the status a shell reports for a tool whose reader closed the pipe."""
+
+
 def _validation_summary(exc: Any) -> str:
     return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
 
@@ -285,15 +315,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from engine.errors import EngineError
     from guards.review.errors import ReviewError
+    from rag.display import safe_text
     from rag.errors import RagGuardError
 
     try:
-        return func(args)
+        code = func(args)
+        sys.stdout.flush()  # here, so that a closed pipe is handled below, not at exit
+        return code
+    except BrokenPipeError:
+        # The reader went away (`ragguard review list | head`): stop quietly, as a tool killed
+        # by SIGPIPE would, and point stdout at devnull so the flush at exit fails no more.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return _EXIT_SIGPIPE
     except (RagGuardError, EngineError, ReviewError, ValueError) as exc:
         # ValueError covers invalid sampling values; pydantic's ValidationError (a ValueError)
         # lists the settings that were out of range.
         message = _validation_summary(exc) if isinstance(exc, ValidationError) else str(exc)
-        print(f"ragguard: error: {message}", file=sys.stderr)
+        print(f"ragguard: error: {safe_text(message)}", file=sys.stderr)
         return 2
     except httpx.HTTPError as exc:
         print(f"ragguard: error: cannot reach the server: {exc}", file=sys.stderr)

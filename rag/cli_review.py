@@ -2,8 +2,10 @@
 
 With ``--server URL`` the commands go through the HTTP API (as the key's owner, or as
 ``--reviewer`` when the server runs without keys); without it they open the review store of the
-data directory (or ``RAGGUARD_REVIEW_DB``) directly, as ``--reviewer`` (default: ``$USER``).
-Imports are lazy so that ``ragguard --help`` stays fast.
+data directory (or ``RAGGUARD_REVIEW_DB``) directly, as ``--reviewer`` (default: ``$USER``),
+who may then take escalated items as an admin would. Stored text is printed through
+``rag.display.safe_text`` (``--json`` escapes it anyway). Imports are lazy so that
+``ragguard --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from rag.display import safe_text
 
 _ACTIONS = {"approve": "approve", "edit": "edit", "reject": "reject", "escalate": "escalate"}
 
@@ -51,21 +55,23 @@ class _Local:
         return self._out(self.store.get(item_id))
 
     def claim(self, item_id: str | None) -> dict[str, Any] | None:
+        # Whoever can open the store's file is its admin (without API keys, so is the server's
+        # every caller): they may take an escalation, unless they made it.
         if item_id is None:
-            item = self.store.claim_next(self.actor)
+            item = self.store.claim_next(self.actor, is_admin=True)
             return None if item is None else self._out(item)
-        return self._out(self.store.claim(item_id, self.actor))
+        return self._out(self.store.claim(item_id, self.actor, is_admin=True))
 
     def release(self, item_id: str) -> dict[str, Any]:
         return self._out(self.store.release(item_id, self.actor))
 
     def resolve(self, item_id: str, action: str, edited: str | None, ratings: dict[str, Any],
-                comment: str) -> dict[str, Any]:  # fmt: skip
+                comment: str, escalate_to: str | None = None) -> dict[str, Any]:  # fmt: skip
         from guards.review import Action, Ratings
 
         item = self.store.resolve(
             item_id, self.actor, Action(action), edited_answer=edited,
-            ratings=Ratings(comment=comment, **ratings),
+            ratings=Ratings(comment=comment, **ratings), escalate_to=escalate_to,
         )  # fmt: skip
         return self._out(item)
 
@@ -101,38 +107,63 @@ class _Remote:
         return self.client.release_review(item_id)
 
     def resolve(self, item_id: str, action: str, edited: str | None, ratings: dict[str, Any],
-                comment: str) -> dict[str, Any]:  # fmt: skip
-        return self.client.resolve_review(
-            item_id, action, edited_answer=edited, ratings=ratings, comment=comment
+                comment: str, escalate_to: str | None = None) -> dict[str, Any]:  # fmt: skip
+        if escalate_to is None:
+            return self.client.resolve_review(
+                item_id, action, edited_answer=edited, ratings=ratings, comment=comment
+            )
+        # The SDK's resolve_review does not take escalate_to yet: the same request, one more field.
+        from dataclasses import replace
+
+        from rag.client_requests import _resolve_review
+
+        request = _resolve_review(item_id, action, edited, ratings, comment)
+        result: dict[str, Any] = self.client._send(
+            replace(request, json={**(request.json or {}), "escalate_to": escalate_to})
         )
+        return result
 
     def export(self, fmt: str, status: str | None) -> str:
         return self.client.export_reviews(format=fmt, status=status)
 
 
+def _who(item: dict[str, Any]) -> str:
+    """Who holds, resolved or escalated the item: 'claimed by bob; escalated by ann to admins'."""
+    parts = []
+    if item["status"] == "claimed" and item.get("assignee"):
+        parts.append(f"claimed by {item['assignee']}")
+    if item.get("resolved_at") is not None and item.get("resolved_by"):
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(item["resolved_at"]))
+        parts.append(f"{item['resolution']} by {item['resolved_by']} at {when}")
+    if item.get("escalated_by"):
+        to = item.get("escalated_to") or "admins"
+        parts.append(f"escalated by {item['escalated_by']} to {to}")
+    return safe_text("; ".join(parts))
+
+
 def _print_item(item: dict[str, Any]) -> None:
     now = time.time()
-    print(f"{item['id']}  [{item['status']}]" + (f" claimed by {item['assignee']}"
-          if item.get("assignee") else ""))  # fmt: skip
-    print(f"question: {item['question']}")
-    print(f"answer:   {item['answer']}")
+    who = _who(item)
+    print(f"{item['id']}  [{item['status']}]" + (f" {who}" if who else ""))
+    print(f"question: {safe_text(item['question'])}")
+    print(f"answer:   {safe_text(item['answer'])}")
     if item.get("edited_answer"):
-        print(f"edited:   {item['edited_answer']}")
+        print(f"edited:   {safe_text(item['edited_answer'])}")
     confidence = item.get("confidence")
     print(f"confidence: {'-' if confidence is None else f'{confidence:.2f}'}; "
           f"queued {(now - item['created_at']) / 60:.0f} min ago"
           + ("; OVERDUE" if item.get("is_overdue") else ""))  # fmt: skip
     for reason in item.get("reasons", []):
-        print(f"  - {reason}")
+        print(f"  - {safe_text(reason)}")
     for g in item.get("guard_results", []):
-        print(f"  guard {g.get('name')}: {g.get('outcome')} ({g.get('reason')})")
+        print(safe_text(f"  guard {g.get('name')}: {g.get('outcome')} ({g.get('reason')})"))
     for n, p in enumerate(item.get("passages", []), 1):
-        print(f"  [{n}] {p['doc_id']}: {' '.join(p['text'].split())[:160]}")
+        print(safe_text(f"  [{n}] {p['doc_id']}: {' '.join(p['text'].split())[:160]}"))
         for sentence in p.get("cited_sentences", []):
-            print(f"      cited: {sentence}")
+            print(f"      cited: {safe_text(sentence)}")
     for a in item.get("audit") or []:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a["at"]))
-        print(f"  audit {when} {a['actor']}: {a['action']}")
+        print(safe_text(f"  audit {when} {a['actor']}: {a['action']}"))
 
 
 def cmd_review(args: argparse.Namespace) -> int:
@@ -146,8 +177,10 @@ def cmd_review(args: argparse.Namespace) -> int:
         for item in page["items"]:
             conf = "-" if item["confidence"] is None else f"{item['confidence']:.2f}"
             late = " OVERDUE" if item["is_overdue"] else ""
+            who = _who(item)
             print(
-                f"{item['id']}  {item['status']:<9} conf {conf:<4}{late}  {item['question'][:70]}"
+                f"{item['id']}  {item['status']:<9} conf {conf:<4}{late}  "
+                f"{safe_text(item['question'][:70])}" + (f"  ({who})" if who else "")
             )
         print(f"({len(page['items'])} of {page['total']})", file=sys.stderr)
         return 0
@@ -155,8 +188,8 @@ def cmd_review(args: argparse.Namespace) -> int:
         text = queue.export(args.format, args.status)
         if args.output:
             Path(args.output).write_text(text, encoding="utf-8")
-        else:
-            sys.stdout.write(text)
+        else:  # exact on a pipe or in a file; on a terminal, its controls are shown, not obeyed
+            sys.stdout.write(safe_text(text) if sys.stdout.isatty() else text)
         return 0
     if args.action == "claim":
         item = queue.claim(None if args.id in (None, "next") else args.id)
@@ -172,7 +205,13 @@ def cmd_review(args: argparse.Namespace) -> int:
         if args.action == "edit" and edited in (None, "-"):
             edited = sys.stdin.read()
         ratings = {k: getattr(args, k) for k in ("relevance", "fluency", "usefulness")}
-        item = queue.resolve(_need_id(args), _ACTIONS[args.action], edited, ratings, args.comment)
+        if args.escalate_to is not None and args.action != "escalate":
+            from rag.errors import InvalidInputError
+
+            raise InvalidInputError("--to goes with `ragguard review escalate` only")
+        item = queue.resolve(
+            _need_id(args), _ACTIONS[args.action], edited, ratings, args.comment, args.escalate_to
+        )
     if args.json:
         print(json.dumps(item, indent=2))
     else:
@@ -230,6 +269,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--fluency", type=int, help="0-2")
     p.add_argument("--usefulness", type=int, help="0-4")
     p.add_argument("--comment", default="")
+    p.add_argument("--to", dest="escalate_to", metavar="REVIEWER",
+                   help="escalate: to this reviewer (default: to the admins)")  # fmt: skip
     p.add_argument("--format", choices=["jsonl", "csv"], default="jsonl", help="export format")
     p.add_argument("-o", "--output", help="export: write to this file")
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -56,6 +56,14 @@ class AlreadyResolvedError(ReviewConflictError):
     error_type = "already_resolved"
 
 
+class EscalatedElsewhereError(ReviewError):
+    """The item was escalated away from the actor: the reviewer who escalated it may not claim
+    it back, and only the named reviewer (or an admin) may claim it."""
+
+    status_code = 403
+    error_type = "escalated_elsewhere"
+
+
 class SchemaTooNewError(ReviewError):
     """The database was migrated by a newer ragguard than this one: refuse to write to it."""
 

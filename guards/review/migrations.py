@@ -182,6 +182,23 @@ def _v4_gold_from_items(db: Database, cur: Cursor) -> None:
         cur.execute(f"ALTER TABLE gold_items ADD COLUMN {name} {decl}")
 
 
+def _v5_escalations(db: Database, cur: Cursor) -> None:
+    """Who escalated an item and to whom (NULL: the admins), so that the reviewer who escalated
+    it cannot claim it back. An item escalated before schema 5 (its resolution still 'escalate')
+    gets its escalator from ``resolved_by``, which escalating set, and its escalation goes to the
+    admins; one that a claim and a release had turned back to 'pending' is 'escalated' again."""
+    for name in ("escalated_by", "escalated_to"):
+        cur.execute(f"ALTER TABLE review_items ADD COLUMN {name} TEXT")
+    cur.execute(
+        "UPDATE review_items SET escalated_by = resolved_by "
+        "WHERE resolution = 'escalate' AND resolved_by IS NOT NULL"
+    )
+    cur.execute(
+        "UPDATE review_items SET status = 'escalated' "
+        "WHERE status = 'pending' AND escalated_by IS NOT NULL"
+    )
+
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "review queue", _v1_queue),
     Migration(
@@ -191,6 +208,7 @@ MIGRATIONS: list[Migration] = [
     ),
     Migration(3, "indexes for gold items, export pages and answer-cache pruning", _v3_indexes),
     Migration(4, "gold items made from resolved items", _v4_gold_from_items),
+    Migration(5, "escalations: who escalated an item and to whom", _v5_escalations),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

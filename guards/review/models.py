@@ -12,7 +12,8 @@ from guards.review.errors import InvalidReviewError
 
 
 class Status(enum.StrEnum):
-    """pending → claimed → approved | edited | rejected | escalated (escalated is claimable)."""
+    """pending → claimed → approved | edited | rejected | escalated (escalated is claimable, by
+    someone other than the reviewer who escalated it)."""
 
     PENDING = "pending"
     CLAIMED = "claimed"
@@ -128,6 +129,10 @@ class ReviewItem:
     gold_id: str | None
     """Set on gold items (known answers mixed in to score reviewers); never shown to reviewers."""
     ratings: list[Rating] = field(default_factory=list)
+    escalated_by: str | None = None
+    """Who escalated the item last (kept once it is resolved); they may not claim it back."""
+    escalated_to: str | None = None
+    """The reviewer it was escalated to; None with ``escalated_by`` set: to the admins."""
 
     @property
     def final_answer(self) -> str:

@@ -53,7 +53,8 @@ def queue_stats(store: ReviewStore) -> QueueStats:
     now = store.clock()
     with store.db.read() as cur:
         statuses = cur.execute(
-            "SELECT CASE WHEN status = 'claimed' AND claim_expires_at <= ? THEN 'pending' "
+            "SELECT CASE WHEN status = 'claimed' AND claim_expires_at <= ? THEN "
+            "(CASE WHEN escalated_by IS NULL THEN 'pending' ELSE 'escalated' END) "
             "ELSE status END AS s, COUNT(*) FROM review_items GROUP BY s",
             (now,),
         ).fetchall()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from guards.review import escalation
 from guards.review.errors import (
     AlreadyResolvedError,
     ClaimConflictError,
@@ -42,8 +43,10 @@ def why_no_row_matched(
         return ClaimConflictError(
             f"item {item_id} is claimed by {assignee} for another {expires - now:.0f} s"
         )
-    if claiming:  # unreachable: the update matches every other case
-        return ReviewConflictError(f"item {item_id} cannot be claimed")
+    if claiming:  # an escalation that is not the actor's; else unreachable
+        return escalation.refusal(row, item_id, actor) or ReviewConflictError(
+            f"item {item_id} cannot be claimed"
+        )
     if status is Status.CLAIMED and assignee == actor and not releasing:
         return ClaimExpiredError(
             f"your claim on item {item_id} expired {now - expires:.0f} s ago; claim it again"

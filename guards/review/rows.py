@@ -1,16 +1,19 @@
-"""Rows of the review tables to and from ``ReviewItem``; the filters of ``list_items`` as SQL."""
+"""Rows of the review tables to and from ``ReviewItem``; the filters of ``list_items`` as SQL;
+the rows every change writes (ratings, the audit log)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from guards.review.backend import Cursor
 from guards.review.models import Action, Rating, Ratings, ReviewItem, Status
 
 COLUMNS = (
     "id, question, answer, candidates, passages, guard_results, confidence, reasons, priority, "
     "created_at, deadline, status, assignee, claim_expires_at, resolution, edited_answer, "
-    "resolved_by, resolved_at, index_name, index_version, request_id, gold_id"
+    "resolved_by, resolved_at, index_name, index_version, request_id, gold_id, escalated_by, "
+    "escalated_to"
 )
 """The columns of ``review_items`` in the order ``item_from_row`` reads them."""
 RATING_COLUMNS = "item_id, reviewer, relevance, fluency, usefulness, comment, created_at"
@@ -28,9 +31,13 @@ def filters(
 ) -> tuple[str, tuple[Any, ...]]:
     clauses: list[str] = []
     params: list[Any] = []
-    if status is Status.PENDING:
-        clauses.append("(status = 'pending' OR (status = 'claimed' AND claim_expires_at <= ?))")
-        params.append(now)
+    if status in (Status.PENDING, Status.ESCALATED):  # an expired claim is back where it was
+        escalated = "NOT NULL" if status is Status.ESCALATED else "NULL"
+        clauses.append(
+            f"(status = ? OR (status = 'claimed' AND claim_expires_at <= ? "
+            f"AND escalated_by IS {escalated}))"
+        )
+        params += [status.value, now]
     elif status is Status.CLAIMED:
         clauses.append("status = 'claimed' AND claim_expires_at > ?")
         params.append(now)
@@ -59,7 +66,8 @@ def filters(
 def item_from_row(row: tuple[Any, ...], now: float, ratings: list[Rating]) -> ReviewItem:
     status, assignee, expires = Status(row[11]), row[12], row[13]
     if status is Status.CLAIMED and (expires is None or expires <= now):
-        status, assignee = Status.PENDING, None  # an expired claim is back in the queue
+        # An expired claim is back in the queue (among the escalations, if it was escalated).
+        status, assignee = (Status.PENDING if row[22] is None else Status.ESCALATED), None
     return ReviewItem(
         id=row[0],
         question=row[1],
@@ -84,11 +92,41 @@ def item_from_row(row: tuple[Any, ...], now: float, ratings: list[Rating]) -> Re
         request_id=row[20],
         gold_id=row[21],
         ratings=ratings,
+        escalated_by=row[22],
+        escalated_to=row[23],
     )
 
 
 def rating_from_row(row: tuple[Any, ...]) -> Rating:
     return Rating(row[0], row[1], Ratings(row[2], row[3], row[4], row[5]), float(row[6]))
+
+
+def put_ratings(cur: Cursor, item_id: str, actor: str, r: Ratings, now: float) -> None:
+    """``actor``'s ratings of the item (replacing any they gave before)."""
+    cur.execute(
+        "INSERT INTO ratings VALUES (?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (item_id, reviewer) DO UPDATE SET relevance = excluded.relevance, "
+        "fluency = excluded.fluency, usefulness = excluded.usefulness, "
+        "comment = excluded.comment, created_at = excluded.created_at",
+        (item_id, actor, r.relevance, r.fluency, r.usefulness, r.comment, now),
+    )
+
+
+def insert_audit(
+    cur: Cursor,
+    item_id: str,
+    actor: str,
+    action: str,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    now: float,
+) -> None:
+    """One line of the append-only audit log."""
+    cur.execute(
+        "INSERT INTO audit_log (item_id, actor, action, at, before_state, after_state) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        (item_id, actor, action, now, dumps(before), dumps(after)),
+    )
 
 
 def dumps(value: dict[str, Any] | None) -> str | None:

@@ -16,9 +16,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from guards.review import answer_cache, gold, rating_queue
+from guards.review import answer_cache, escalation, gold, rating_queue
 from guards.review.backend import Cursor, Database
-from guards.review.errors import InvalidReviewError, ItemNotFoundError, ReviewConflictError
+from guards.review.errors import (
+    EscalatedElsewhereError,
+    InvalidReviewError,
+    ItemNotFoundError,
+    ReviewConflictError,
+)
 from guards.review.export import DEFAULT_PAGE_SIZE, export_items, ratings_of
 from guards.review.migrations import DEFAULT_SLA_S, migrate
 from guards.review.models import (
@@ -32,11 +37,14 @@ from guards.review.models import (
     priority_of,
 )
 from guards.review.refusal import why_no_row_matched
-from guards.review.rows import COLUMNS, dumps, filters, item_from_row, loads
+from guards.review.rows import COLUMNS, filters, insert_audit, item_from_row, loads, put_ratings
 
 logger = logging.getLogger(__name__)
 
-_SNAPSHOT = ("status", "assignee", "claim_expires_at", "resolution", "edited_answer", "resolved_by")
+_SNAPSHOT = (
+    "status", "assignee", "claim_expires_at", "resolution", "edited_answer", "resolved_by",
+    "escalated_by", "escalated_to",
+)  # fmt: skip
 _CLAIMABLE = (
     "(status IN ('pending', 'escalated') OR (status = 'claimed' AND claim_expires_at <= ?))"
 )
@@ -112,7 +120,7 @@ class ReviewStore:
                 gold_id,
             ),
         )
-        self._audit(cur, item_id, SYSTEM, "created", None, {"status": "pending"}, now)
+        insert_audit(cur, item_id, SYSTEM, "created", None, {"status": "pending"}, now)
         return item_id
 
     def _maybe_add_gold(self, cur: Cursor, new: NewItem, now: float, priority: float) -> None:
@@ -145,7 +153,7 @@ class ReviewStore:
         with self.db.transaction() as cur:
             gold_id, is_new = gold.from_item(cur, self._get(cur, item_id, now), now)
             if is_new:
-                self._audit(cur, item_id, actor, gold.MADE_GOLD, None, {"gold_id": gold_id}, now)
+                insert_audit(cur, item_id, actor, gold.MADE_GOLD, None, {"gold_id": gold_id}, now)
             return gold_id
 
     # Reading
@@ -212,16 +220,22 @@ class ReviewStore:
 
     # The workflow
 
-    def claim(self, item_id: str, actor: str, *, ttl_s: float | None = None) -> ReviewItem:
-        """Reserve an item for ``actor`` until the claim expires (claiming again renews it)."""
+    def claim(
+        self, item_id: str, actor: str, *, ttl_s: float | None = None, is_admin: bool = False
+    ) -> ReviewItem:
+        """Reserve an item for ``actor`` until the claim expires (claiming again renews it).
+        An escalated item goes to the reviewer it names, or to an admin (``is_admin``), and
+        never back to the reviewer who escalated it (``EscalatedElsewhereError``)."""
         now = self.clock()
         expires = now + (ttl_s or self.claim_ttl_s)
+        mine, mine_params = escalation.claim_clause(actor, is_admin)
         with self.db.transaction() as cur:
             before = self._snapshot(cur, item_id)
             updated = cur.execute(
                 "UPDATE review_items SET status = 'claimed', assignee = ?, claim_expires_at = ? "
-                f"WHERE id = ? AND ({_CLAIMABLE[1:-1]} OR (status = 'claimed' AND assignee = ?))",
-                (actor, expires, item_id, now, actor),
+                f"WHERE id = ? AND ({_CLAIMABLE[1:-1]} OR (status = 'claimed' AND assignee = ?)) "
+                f"AND {mine}",
+                (actor, expires, item_id, now, actor, *mine_params),
             ).rowcount
             if not updated:
                 raise why_no_row_matched(
@@ -229,32 +243,36 @@ class ReviewStore:
                 )
             return self._changed(cur, item_id, actor, "claim", before, now)
 
-    def claim_next(self, actor: str, *, ttl_s: float | None = None) -> ReviewItem | None:
-        """Claim the most urgent claimable item; None when the queue is empty."""
+    def claim_next(
+        self, actor: str, *, ttl_s: float | None = None, is_admin: bool = False
+    ) -> ReviewItem | None:
+        """Claim the most urgent item ``actor`` may claim; None when there is none."""
+        mine, mine_params = escalation.claim_clause(actor, is_admin)
         for _ in range(8):  # another reviewer may take the one we picked: pick again
             now = self.clock()
             with self.db.read() as cur:
                 row = cur.execute(
-                    f"SELECT id FROM review_items WHERE {_CLAIMABLE} "
+                    f"SELECT id FROM review_items WHERE {_CLAIMABLE} AND {mine} "
                     "ORDER BY priority, created_at, id LIMIT 1",
-                    (now,),
+                    (now, *mine_params),
                 ).fetchone()
             if row is None:
                 return None
             try:
-                return self.claim(row[0], actor, ttl_s=ttl_s)
-            except ReviewConflictError:  # claimed (or even resolved) by someone else meanwhile
+                return self.claim(row[0], actor, ttl_s=ttl_s, is_admin=is_admin)
+            except (ReviewConflictError, EscalatedElsewhereError):  # changed meanwhile
                 continue
         return None
 
     def release(self, item_id: str, actor: str) -> ReviewItem:
-        """Give a claimed item back to the queue."""
+        """Give a claimed item back to the queue (an escalated one stays escalated)."""
         now = self.clock()
         with self.db.transaction() as cur:
             before = self._snapshot(cur, item_id)
             updated = cur.execute(
-                "UPDATE review_items SET status = 'pending', assignee = NULL, "
-                "claim_expires_at = NULL WHERE id = ? AND status = 'claimed' AND assignee = ?",
+                "UPDATE review_items SET assignee = NULL, claim_expires_at = NULL, status = "
+                "CASE WHEN escalated_by IS NULL THEN 'pending' ELSE 'escalated' END "
+                "WHERE id = ? AND status = 'claimed' AND assignee = ?",
                 (item_id, actor),
             ).rowcount
             if not updated:
@@ -271,24 +289,30 @@ class ReviewStore:
         *,
         edited_answer: str | None = None,
         ratings: Ratings | None = None,
+        escalate_to: str | None = None,
     ) -> ReviewItem:
         """Approve, edit, reject or escalate an item ``actor`` holds a live claim on.
 
         An approved or edited answer goes to the answer cache in the same transaction, so the
-        same question on the same index version gets it from then on."""
+        same question on the same index version gets it from then on. An escalation goes to
+        ``escalate_to`` (a reviewer's name), else to the admins; see ``claim``."""
         action = Action(action)
         if action is Action.EDIT and not (edited_answer and edited_answer.strip()):
             raise InvalidReviewError("an edit needs the corrected answer (edited_answer)")
         if action is not Action.EDIT and edited_answer is not None:
             raise InvalidReviewError(f"only 'edit' takes an edited_answer, not {action.value!r}")
-        now = self.clock()
         escalating = action is Action.ESCALATE
+        if not escalating and escalate_to is not None:
+            raise InvalidReviewError(f"only 'escalate' takes escalate_to, not {action.value!r}")
+        target = escalation.target_of(actor, escalate_to)
+        now = self.clock()
         with self.db.transaction() as cur:
             before = self._snapshot(cur, item_id)
             updated = cur.execute(
                 "UPDATE review_items SET status = ?, resolution = ?, edited_answer = ?, "
-                "resolved_by = ?, resolved_at = ?, assignee = ?, claim_expires_at = NULL "
-                "WHERE id = ? AND status = 'claimed' AND assignee = ? AND claim_expires_at > ?",
+                "resolved_by = ?, resolved_at = ?, assignee = ?, claim_expires_at = NULL"
+                + (", escalated_by = ?, escalated_to = ?" if escalating else "")
+                + " WHERE id = ? AND status = 'claimed' AND assignee = ? AND claim_expires_at > ?",
                 (
                     action.status.value,
                     action.value,
@@ -296,6 +320,7 @@ class ReviewStore:
                     actor,
                     None if escalating else now,
                     None if escalating else actor,
+                    *((actor, target) if escalating else ()),
                     item_id,
                     actor,
                     now,
@@ -304,7 +329,7 @@ class ReviewStore:
             if not updated:
                 raise why_no_row_matched(self._snapshot(cur, item_id), item_id, actor, now)
             if ratings is not None and not ratings.is_empty:
-                self._put_ratings(cur, item_id, actor, ratings, now)
+                put_ratings(cur, item_id, actor, ratings, now)
             item = self._changed(cur, item_id, actor, action.value, before, now, ratings)
             if action in (Action.APPROVE, Action.EDIT) and item.gold_id is None and item.index_name:
                 answer_cache.put(cur, item, actor, now)
@@ -328,7 +353,7 @@ class ReviewStore:
                 raise ReviewConflictError(
                     f"item {item_id} is {item.status.value}: rate it while resolving it"
                 )
-            self._put_ratings(cur, item_id, actor, ratings, now)
+            put_ratings(cur, item_id, actor, ratings, now)
             return self._changed(
                 cur, item_id, actor, "rate", self._snapshot(cur, item_id), now, ratings
             )
@@ -349,15 +374,6 @@ class ReviewStore:
 
     # Helpers
 
-    def _put_ratings(self, cur: Cursor, item_id: str, actor: str, r: Ratings, now: float) -> None:
-        cur.execute(
-            "INSERT INTO ratings VALUES (?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (item_id, reviewer) DO UPDATE SET relevance = excluded.relevance, "
-            "fluency = excluded.fluency, usefulness = excluded.usefulness, "
-            "comment = excluded.comment, created_at = excluded.created_at",
-            (item_id, actor, r.relevance, r.fluency, r.usefulness, r.comment, now),
-        )
-
     def _snapshot(self, cur: Cursor, item_id: str) -> dict[str, Any] | None:
         row = cur.execute(
             f"SELECT {', '.join(_SNAPSHOT)} FROM review_items WHERE id = ?", (item_id,)
@@ -377,21 +393,5 @@ class ReviewStore:
         after = self._snapshot(cur, item_id)
         if after is not None and ratings is not None and not ratings.is_empty:
             after = {**after, "ratings": {n: getattr(ratings, n) for n in Ratings.__slots__}}
-        self._audit(cur, item_id, actor, action, before, after, now)
+        insert_audit(cur, item_id, actor, action, before, after, now)
         return self._get(cur, item_id, now)
-
-    @staticmethod
-    def _audit(
-        cur: Cursor,
-        item_id: str,
-        actor: str,
-        action: str,
-        before: dict[str, Any] | None,
-        after: dict[str, Any] | None,
-        now: float,
-    ) -> None:
-        cur.execute(
-            "INSERT INTO audit_log (item_id, actor, action, at, before_state, after_state) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (item_id, actor, action, now, dumps(before), dumps(after)),
-        )

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fake_clock import Clock
+from test_review_escalation import escalation_scenario, migration_scenario
 
 from guards.review import (
     Action,
@@ -25,6 +27,7 @@ from guards.review import (
     Status,
     queue_stats,
 )
+from guards.review.migrations import SCHEMA_VERSION
 
 pytest.importorskip("psycopg", reason="psycopg is not installed: pip install 'psycopg[binary]'")
 if not (shutil.which("initdb") and shutil.which("pg_ctl")):
@@ -106,7 +109,9 @@ def test_the_workflow_on_postgresql(pg_url: str) -> None:
     store.resolve(newer, "ann", Action.APPROVE)
     assert store.cached_answer("Q0", "demo", "v1") is None  # the older version's rows went
     store.close()
-    assert ReviewStore(pg_url).schema_version == 4  # migrating again is a no-op
+    again = ReviewStore(pg_url)  # migrating again is a no-op
+    assert again.schema_version == SCHEMA_VERSION
+    again.close()
 
 
 def test_concurrent_claims_on_postgresql(pg_url: str) -> None:
@@ -134,3 +139,26 @@ def test_concurrent_claims_on_postgresql(pg_url: str) -> None:
     assert not errors and sorted(won) == sorted(ids)
     for s in stores:
         s.close()
+
+
+def _new_database(pg_url: str) -> str:
+    """A URL of a new, empty database on the throwaway server."""
+    import psycopg
+
+    name = f"ragguard_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return pg_url.replace("postgresql://postgres@/postgres?", f"postgresql://postgres@/{name}?")
+
+
+def test_an_escalation_goes_to_someone_else_on_postgresql(pg_url: str) -> None:
+    clock = Clock()
+    store = ReviewStore(_new_database(pg_url), gold_rate=0, clock=clock)
+    escalation_scenario(store, clock)
+    store.close()
+
+
+def test_escalations_from_before_schema_5_are_kept_on_postgresql(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    migration_scenario(_new_database(pg_url), monkeypatch)

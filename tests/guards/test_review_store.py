@@ -126,7 +126,7 @@ def test_release_escalate_and_unknown_ids(store: ReviewStore) -> None:
     store.claim(item.id, "ann")
     escalated = store.resolve(item.id, "ann", Action.ESCALATE, ratings=Ratings(relevance=1))
     assert escalated.status is Status.ESCALATED and escalated.assignee is None
-    store.claim(item.id, "senior")
+    store.claim(item.id, "senior", is_admin=True)  # escalated to no one: to the admins
     final = store.resolve(item.id, "senior", Action.REJECT, ratings=Ratings(relevance=2))
     assert final.status is Status.REJECTED and len(final.ratings) == 2
     for call in (store.get, lambda i: store.claim(i, "ann"), lambda i: store.release(i, "ann")):
@@ -360,7 +360,7 @@ def test_a_schema_1_database_is_migrated_with_its_rows(tmp_path: Path) -> None:
     conn.commit()
     conn.close()
     store = ReviewStore(path)
-    assert store.schema_version == SCHEMA_VERSION == 4
+    assert store.schema_version == SCHEMA_VERSION == 5
     item = store.get("old1")
     assert item.question == "q?" and item.confidence == 0.3 and item.passages == [{"doc_id": "d"}]
     assert item.reasons == ["low"] and item.deadline > 5.0 and item.status is Status.PENDING

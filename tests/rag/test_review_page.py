@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -43,8 +44,8 @@ def server(demo_pipeline, live_server) -> str:  # type: ignore[no-untyped-def]
     return str(live_server(create_app(pipeline=demo_pipeline)))
 
 
-@pytest.fixture
-def page(server: str) -> Iterator[object]:
+@contextmanager
+def _browser_page() -> Iterator[object]:
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         context = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -52,6 +53,12 @@ def page(server: str) -> Iterator[object]:
         page.set_default_timeout(15_000)
         yield page
         browser.close()
+
+
+@pytest.fixture
+def page(server: str) -> Iterator[object]:
+    with _browser_page() as page:
+        yield page
 
 
 def test_a_reviewer_edits_and_approves_flagged_answers_in_the_browser(server: str, page) -> None:  # type: ignore[no-untyped-def]
@@ -164,6 +171,7 @@ def test_a_second_reviewer_rates_resolved_items_from_the_page(
     page.locator("body").press("t")
     expect(page.locator("#item-question")).to_have_text(flagged["question"])
     expect(page.locator("#item-meta")).to_contain_text("approve by ann")
+    expect(page.locator("#item-meta")).not_to_contain_text("claimed by")  # only while claimed
     expect(page.locator("#save-ratings")).to_be_visible()
     for key in "2f2s3":
         page.keyboard.press(key)
@@ -177,3 +185,101 @@ def test_a_second_reviewer_rates_resolved_items_from_the_page(
     assert [(r["reviewer"], r["relevance"], r["fluency"], r["usefulness"]) for r in stored] == [
         ("bob", 2, 2, 3)
     ]
+
+
+@pytest.fixture
+def queue_server(tmp_path: Path, live_server) -> Iterator[tuple[str, object]]:  # type: ignore[no-untyped-def]
+    """The server without a model (it fails to load; the queue does not need it), and its store."""
+    from rag.server import create_app
+    from rag.settings import Settings
+
+    settings = Settings(
+        index_dir=tmp_path / "indexes",
+        data_dir=tmp_path / "data",
+        model=str(tmp_path / "missing.gguf"),
+        _env_file=None,
+    )
+    app = create_app(settings)
+    url = str(live_server(app))
+    yield url, app.state.ragguard.reviews
+
+
+def sign_in(page, url: str, name: str) -> None:  # type: ignore[no-untyped-def]
+    page.goto(url + "/review")
+    page.fill("#reviewer", name)
+    page.click("#who button[type=submit]")
+    sync_api.expect(page.locator("#queue-count")).not_to_have_text("")
+
+
+def test_text_that_would_reorder_or_control_the_page_is_shown_marked(
+    queue_server: tuple[str, object],
+) -> None:
+    from guards.review import NewItem
+
+    expect = sync_api.expect
+    url, store = queue_server
+    title = "Invoice \u202egnp.exe for \u2066you\u2069"
+    store.add(  # type: ignore[attr-defined]
+        NewItem(
+            title,
+            "Answer\x1b[2J\x1b]0;owned\x07 hidden\u200f.",
+            passages=[{"doc_id": "d", "text": "Invoice \u202egnp.exe is a file."}],
+            reasons=["reason \u202eright"],
+        )
+    )
+    with _browser_page() as page:
+        sign_in(page, url, "ann")
+        expect(page.locator("#items li .q")).to_have_text(
+            "Invoice <U+202E>gnp.exe for <U+2066>you<U+2069>"
+        )
+        page.locator("body").press("Enter")
+        expect(page.locator("#item-question")).to_have_text(
+            "Invoice <U+202E>gnp.exe for <U+2066>you<U+2069>"
+        )
+        expect(page.locator("#item-answer")).to_have_text(
+            "Answer\u241b[2J\u241b]0;owned\u2407 hidden<U+200F>."
+        )
+        expect(page.locator("#item-reasons")).to_have_text("reason <U+202E>right")
+        expect(page.locator("#item-passages")).to_contain_text("Invoice <U+202E>gnp.exe")
+        shown = page.locator("#item").inner_text()
+        assert not set(shown) & set("\u202e\u2066\u2069\u200f\x1b\x07")
+    # The API still returns the text exactly as stored.
+    listed = httpx.get(url + "/v1/reviews", headers={"x-reviewer": "ann"}).json()
+    assert listed["items"][0]["question"] == title
+
+
+def test_an_escalated_item_shows_to_whom_and_is_not_the_escalators(
+    queue_server: tuple[str, object],
+) -> None:
+    from guards.review import Action, NewItem
+
+    expect = sync_api.expect
+    url, store = queue_server
+    item = store.add(NewItem("Too hard for ann?", "Maybe.")).id  # type: ignore[attr-defined]
+    store.claim(item, "ann")  # type: ignore[attr-defined]
+    store.resolve(item, "ann", Action.ESCALATE)  # type: ignore[attr-defined]
+    with _browser_page() as page:
+        sign_in(page, url, "ann")
+        page.select_option("#f-status", "escalated")
+        expect(page.locator("#items li")).to_have_count(1)
+        expect(page.locator("#items li")).to_contain_text("→ admins")
+        page.locator("body").press("Enter")
+        expect(page.locator("#item-meta")).to_contain_text("escalated by ann to admins")
+        expect(page.locator("#claim")).to_be_disabled()  # not back to who escalated it
+
+        sign_in(page, url, "bob")  # without keys everyone is an admin: bob may take it
+        page.select_option("#f-status", "escalated")
+        expect(page.locator("#items li")).to_have_count(1)
+        page.locator("body").press("Enter")
+        expect(page.locator("#item-question")).to_have_text("Too hard for ann?")
+        expect(page.locator("#claim")).to_be_enabled()
+        page.keyboard.press("c")
+        expect(page.locator("#item-meta")).to_contain_text("claimed by bob")
+        expect(page.locator("#item-meta")).to_contain_text("escalated by ann to admins")
+        page.fill("#escalate-to", "carol")
+        page.click("#escalate")
+        expect(page.locator("#toast")).to_have_text("escalated to carol")
+        expect(page.locator("#item-meta")).to_contain_text("escalated by bob to carol")
+        expect(page.locator("#item-meta")).not_to_contain_text("claimed by")
+        expect(page.locator("#claim")).to_be_disabled()
+    assert store.get(item).escalated_to == "carol"  # type: ignore[attr-defined]

@@ -32,7 +32,7 @@ async function api(method, path, body) {
 
 function toast(message, isError = false) {
   const el = $("#toast");
-  el.textContent = message;
+  el.textContent = safeText(message);
   el.className = "show" + (isError ? " error" : "");
   clearTimeout(toast.timer);
   toast.timer = setTimeout(() => (el.className = ""), isError ? 6000 : 2500);
@@ -49,11 +49,40 @@ function ago(seconds) {
   return `${Math.round(seconds / 86400)} d`;
 }
 
+// Stored text is shown, never obeyed: control characters and bidirectional overrides, embeddings,
+// isolates and marks are made visible, as rag/display.py does on the terminal. C0 controls (but
+// newline and tab) and DEL become their control pictures (ESC: ␛); C1 controls and the bidi
+// characters become markers such as "<U+202E>", so a title cannot be shown reordered.
+const UNSAFE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+function safeText(text) {
+  return String(text ?? "").replace(UNSAFE, (c) => {
+    const code = c.charCodeAt(0);
+    if (code < 0x20) return String.fromCharCode(0x2400 + code);
+    if (code === 0x7f) return "\u2421";
+    return "<U+" + code.toString(16).toUpperCase().padStart(4, "0") + ">";
+  });
+}
+
+// Every text an element gets goes through safeText.
 function el(tag, props = {}, ...children) {
   const node = document.createElement(tag);
-  Object.assign(node, props);
-  for (const child of children) node.append(child);
+  const { textContent, ...rest } = props;
+  Object.assign(node, rest);
+  if (textContent !== undefined) node.textContent = safeText(textContent);
+  for (const child of children) node.append(typeof child === "string" ? safeText(child) : child);
   return node;
+}
+
+// Who escalated the item and to whom ("escalated by ann to admins"); empty if never escalated.
+function escalation(item) {
+  return item.escalated_by ? `escalated by ${item.escalated_by} to ${item.escalated_to || "admins"}` : "";
+}
+
+// An escalated item is for the reviewer it names or for an admin, never for who escalated it.
+function escalatedAway(item) {
+  if (!item.escalated_by) return false;
+  if (item.escalated_by === state.me) return true;
+  return state.role !== "admin" && item.escalated_to !== state.me;
 }
 
 function badge(text, cls = "") { return el("span", { className: "badge " + cls, textContent: text }); }
@@ -86,7 +115,9 @@ function renderQueue() {
     if (item.confidence !== null) li.append(badge("conf " + item.confidence.toFixed(2)));
     li.append(badge(ago(item.age_s)));
     if (item.is_overdue) li.append(badge("overdue", "overdue"));
-    if (item.assignee) li.append(badge("@" + item.assignee));
+    if (item.status === "claimed" && item.assignee) li.append(badge("@" + item.assignee));
+    const open = ["pending", "claimed", "escalated"].includes(item.status);
+    if (open && item.escalated_by) li.append(badge("→ " + (item.escalated_to || "admins"), "escalated"));
     li.addEventListener("click", () => { state.selected = i; renderQueue(); run(() => openItem(item.id)); });
     list.append(li);
   });
@@ -99,7 +130,8 @@ function renderQueue() {
 }
 
 // The passage text with the sentences the answer rests on wrapped in <mark>.
-function highlighted(text, sentences) {
+function highlighted(raw, rawSentences) {
+  const text = safeText(raw), sentences = rawSentences.map(safeText); // the same marks either way
   const spans = [];
   for (const s of sentences) {
     const at = text.indexOf(s);
@@ -133,10 +165,12 @@ function renderItem() {
   if (item.confidence !== null) meta.append(badge("confidence " + item.confidence.toFixed(2)));
   meta.append(badge("queued " + ago(item.age_s) + " ago"));
   meta.append(badge("due " + new Date(item.deadline * 1000).toLocaleString(), item.is_overdue ? "overdue" : ""));
-  if (item.assignee) meta.append(badge("claimed by " + item.assignee));
-  if (item.resolved_by) meta.append(badge(`${item.resolution} by ${item.resolved_by}`));
-  $("#item-question").textContent = item.question;
-  $("#item-answer").textContent = item.edited_answer ?? item.answer;
+  // Claimed by someone only while claimed; a resolved item shows who resolved it, and how.
+  if (item.status === "claimed" && item.assignee) meta.append(badge("claimed by " + item.assignee));
+  if (item.resolved_at !== null && item.resolved_by) meta.append(badge(`${item.resolution} by ${item.resolved_by}`));
+  if (item.escalated_by) meta.append(badge(escalation(item), "escalated"));
+  $("#item-question").textContent = safeText(item.question);
+  $("#item-answer").textContent = safeText(item.edited_answer ?? item.answer);
   const others = item.candidates.filter((c) => c !== item.answer);
   $("#candidates-block").hidden = others.length === 0;
   $("#item-candidates").replaceChildren(...others.map((c) => el("li", { textContent: c })));
@@ -154,8 +188,10 @@ function renderItem() {
   })));
   const open = ["pending", "claimed", "escalated"].includes(item.status);
   const mine = item.status === "claimed" && item.assignee === state.me;
-  $("#claim").disabled = !open;
-  for (const id of ["#release", "#approve", "#edit", "#reject", "#escalate"]) $(id).disabled = !mine;
+  const away = open && escalatedAway(item);
+  $("#claim").disabled = !open || away;
+  $("#claim").title = away ? `${escalation(item)}: not yours to claim` : "";
+  for (const id of ["#release", "#approve", "#edit", "#reject", "#escalate", "#escalate-to"]) $(id).disabled = !mine;
   // A resolved item someone else resolved can take this reviewer's ratings (a second opinion).
   const rated = item.ratings.some((r) => r.reviewer === state.me);
   $("#save-ratings").hidden = open || item.resolved_by === state.me || rated;
@@ -200,7 +236,11 @@ const actions = {
   release: () => act("release").then(() => toast("released")),
   approve: () => act("resolve", { action: "approve", ...ratings() }).then(() => { clearRatings(); toast("approved"); }),
   reject: () => act("resolve", { action: "reject", ...ratings() }).then(() => { clearRatings(); toast("rejected"); }),
-  escalate: () => act("resolve", { action: "escalate", ...ratings() }).then(() => { clearRatings(); toast("escalated"); }),
+  escalate: () => {
+    const to = $("#escalate-to").value.trim();
+    return act("resolve", { action: "escalate", ...ratings(), ...(to ? { escalate_to: to } : {}) })
+      .then(() => { clearRatings(); $("#escalate-to").value = ""; toast("escalated to " + (to || "admins")); });
+  },
   edit: async () => setEditing(true),
   saveEdit: () => act("resolve", { action: "edit", edited_answer: $("#edit-box").value, ...ratings() })
     .then(() => { setEditing(false); clearRatings(); toast("edited answer saved"); }),
