@@ -59,8 +59,8 @@ def main() -> None:
     base = Settings(index_dir=index_dir, index_name=args.index, data_dir=index_dir.parent / "data")
     loaded = Pipeline.from_settings(base)
     if args.index == "demo" and args.index_dir is None:
+        from rag.demo import demo_collection_path
         from rag.documents import load_path
-        from rag.server.state import demo_collection_path
 
         loaded.collections.get("demo", create=True).ingest(load_path(demo_collection_path()))
     variants = {

@@ -801,9 +801,9 @@ def main(argv: list[str] | None = None) -> None:
         with tempfile.TemporaryDirectory(prefix="ragguard-eval-") as tmp:
             settings = Settings(index_dir=Path(tmp) / "indexes", data_dir=Path(tmp) / "data")
             demo = Pipeline(settings, embedder, generator)
-            from rag.server.state import ensure_demo_index
+            from rag.demo import ensure_demo_index
 
-            ensure_demo_index(demo)
+            ensure_demo_index(demo.collections)
             record["repetition"] = run_repetition(args, embedder, generator, demo)
             demo.close()
     print(json.dumps(rounded(record)))

@@ -293,7 +293,6 @@ def in_process(
     (retrieved and planned as the pipeline does) on the engine alone at concurrency C."""
     from engine.client import generate_all
     from rag.pipeline import Pipeline
-    from rag.server.state import ensure_demo_index
     from rag.settings import Settings
     from rag.stages.generate import Plan
     from rag.types import AskOptions
@@ -301,8 +300,6 @@ def in_process(
     s = Settings()
     pipeline, options, times = Pipeline.from_settings(s), AskOptions(max_tokens=mt), []
     try:
-        if s.index_name == "demo":
-            ensure_demo_index(pipeline)
         pipeline.ask_with(sequential[0], options)  # warm-up, as over HTTP
         for question in sequential:
             started = time.perf_counter()

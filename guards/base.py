@@ -8,7 +8,6 @@ as ABSTAIN with the error, so a broken check can never wave an answer through.
 from __future__ import annotations
 
 import enum
-import json
 import logging
 import time
 import uuid
@@ -112,8 +111,15 @@ AuditSink = Callable[[GuardRun], None]
 
 
 def log_audit(run: GuardRun) -> None:
-    """Default audit sink: one JSON log record per run (texts are not logged)."""
-    logger.info("guard run %s", json.dumps(run.to_dict(), default=str))
+    """Default audit sink: one log record per run with each guard's outcome, score, signals and
+    time. Reasons and evidence quote the answer and passages, so they stay out of the log (the
+    answer's ``guard_results`` and the review queue keep them)."""
+    verdicts = [
+        {"name": r.name, "outcome": r.outcome.value, "score": r.score, "signals": dict(r.signals)}
+        for r in run.results
+    ]
+    fields = {"run_id": run.run_id, "guards": verdicts, "timings_s": dict(run.timings_s)}
+    logger.info("guard run %s", run.run_id, extra={"fields": fields})
 
 
 class GuardChain:

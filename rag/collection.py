@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import re
 import threading
 import time
@@ -22,17 +23,82 @@ from rag.settings import Settings
 
 logger = logging.getLogger(__name__)
 
-_INDEX_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+INDEX_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+"""What an index name may be (the HTTP API's schema states it too)."""
+_INDEX_NAME = re.compile(INDEX_NAME_PATTERN)
 
 
 def check_index_name(name: str) -> str:
     """Index names become folder names: letters, digits, '_', '.', '-'; at most 64."""
-    if not _INDEX_NAME.match(name):
+    if not _INDEX_NAME.fullmatch(name):  # match() would let a trailing newline through
         raise InvalidInputError(
             f"invalid index name {name!r}: use 1-64 letters, digits, '_', '.' or '-', "
             "starting with a letter or digit"
         )
     return name
+
+
+@dataclass(frozen=True, slots=True)
+class CommitPolicy:
+    """When ingestion commits. Documents are embedded in groups, each written in one atomic commit
+    (SQLite rows and the FAISS file of the new generation), so a crash loses at most the group in
+    progress, and a rerun skips the documents already committed.
+
+    A group closes at ``max_chunks`` chunks or after about ``max_seconds`` of embedding (estimated
+    from the pace so far), whichever comes first. Every commit rewrites the whole FAISS file,
+    which grows with the index; so a group is made long enough for its commit to take at most
+    ``max_commit_share`` of its time, judged by the previous commit.
+    """
+
+    max_chunks: int = 1024
+    max_seconds: float = 10.0
+    max_commit_share: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.max_chunks < 1 or not self.max_seconds > 0 or not 0 <= self.max_commit_share < 1:
+            raise InvalidInputError(
+                "a commit policy needs max_chunks >= 1, max_seconds > 0 and "
+                "0 <= max_commit_share < 1"
+            )
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> CommitPolicy:
+        return cls(
+            settings.ingest_group_chunks,
+            settings.ingest_group_s,
+            settings.ingest_max_commit_share,
+        )
+
+
+class GroupSizer:
+    """Says when the commit group being filled is full under a ``CommitPolicy``. Its embedding
+    time is estimated from its characters and the pace of the groups before (characters per
+    second vary less than chunks per second); the first group, at an unknown pace, is
+    ``min_chunks`` long. The time bound never makes a group shorter than ``min_chunks``."""
+
+    def __init__(self, policy: CommitPolicy, min_chunks: int):
+        self.policy = policy
+        self.min_chunks = min(policy.max_chunks, max(1, min_chunks))
+        self._chars_per_s: float | None = None
+        self._last_commit_s = 0.0
+
+    def is_full(self, num_chunks: int, num_chars: int) -> bool:
+        policy = self.policy
+        if self._chars_per_s is None:
+            timed = math.isfinite(policy.max_seconds)
+            return num_chunks >= (self.min_chunks if timed else policy.max_chunks)
+        seconds = num_chars / self._chars_per_s
+        if policy.max_commit_share > 0 and seconds * policy.max_commit_share < self._last_commit_s:
+            return False  # too short for what committing it costs
+        if num_chunks >= policy.max_chunks:
+            return True
+        return num_chunks >= self.min_chunks and seconds >= policy.max_seconds
+
+    def observe(self, num_chars: int, embed_s: float, commit_s: float) -> None:
+        """Record a committed group: its characters, its embedding time and its commit time."""
+        if num_chars > 0 and embed_s > 0:
+            self._chars_per_s = num_chars / embed_s
+        self._last_commit_s = commit_s
 
 
 @dataclass(slots=True)
@@ -49,12 +115,20 @@ class IngestReport:
 class Collection:
     """Ingest, delete and search documents of one index."""
 
-    def __init__(self, index: VectorIndex, embedder: Embedder, *, embed_batch_size: int = 64):
+    def __init__(
+        self,
+        index: VectorIndex,
+        embedder: Embedder,
+        *,
+        embed_batch_size: int = 64,
+        commit_policy: CommitPolicy | None = None,
+    ):
         info = index.info()
         self.index = index
         self.embedder = embedder
         self.chunker = Chunker(embedder.tokenize, info.chunk_size, info.chunk_overlap)
         self.embed_batch_size = embed_batch_size
+        self.commit_policy = commit_policy or CommitPolicy()
 
     @property
     def name(self) -> str:
@@ -71,12 +145,13 @@ class Collection:
         documents: Iterable[Document],
         *,
         show_progress: bool = False,
-        commit_every_chunks: int = 4096,
+        commit: CommitPolicy | None = None,
     ) -> IngestReport:
         """Add new documents, replace changed ones, skip unchanged ones.
 
-        Chunks are embedded in batches and committed in groups of about ``commit_every_chunks``;
-        each group is one atomic write, so an interrupted ingestion keeps the groups before it.
+        Chunks are embedded in batches and committed in groups (``commit``, by default the
+        collection's ``commit_policy``); each group is one atomic write, so an interrupted
+        ingestion keeps the groups before it and running it again skips them.
         """
         started = time.perf_counter()
         report = IngestReport()
@@ -91,23 +166,30 @@ class Collection:
             pending.append((doc, self.chunker.split(doc)))
         total = sum(len(chunks) for _, chunks in pending)
         report.num_chunks = total
+        # Documents of similar lengths go together: each group's chunks are sorted by length
+        # before batching, so its batches pad as little as if everything were sorted at once.
+        pending.sort(key=lambda item: -max((len(c.text) for c in item[1]), default=0))
+        sizer = GroupSizer(commit or self.commit_policy, self.embed_batch_size)
         with tqdm(
             total=total, unit="chunk", desc=f"embedding into {self.name}", disable=not show_progress
         ) as bar:
             group: list[tuple[Document, list[Chunk]]] = []
-            num_group_chunks = 0
-            for item in pending:
+            num_chunks = num_chars = 0
+            for position, item in enumerate(pending):
                 group.append(item)
-                num_group_chunks += len(item[1])
-                if num_group_chunks >= commit_every_chunks:
-                    self._embed_and_write(group, bar)
-                    group, num_group_chunks = [], 0
-            if group:
-                self._embed_and_write(group, bar)
+                num_chunks += len(item[1])
+                num_chars += sum(len(c.text) for c in item[1])
+                if sizer.is_full(num_chunks, num_chars) or position == len(pending) - 1:
+                    sizer.observe(num_chars, *self._embed_and_write(group, bar))
+                    group, num_chunks, num_chars = [], 0, 0
         report.elapsed_s = time.perf_counter() - started
         return report
 
-    def _embed_and_write(self, group: list[tuple[Document, list[Chunk]]], bar: tqdm) -> None:
+    def _embed_and_write(
+        self, group: list[tuple[Document, list[Chunk]]], bar: tqdm
+    ) -> tuple[float, float]:
+        """Embed and commit one group: (seconds embedding, seconds committing)."""
+        started = time.perf_counter()
         texts = [chunk.text for _, chunks in group for chunk in chunks]
         # Embed longest-first so each batch pads to similar lengths (as a single
         # sentence-transformers call would), while the progress bar still advances per batch.
@@ -122,7 +204,9 @@ class Collection:
         for doc, chunks in group:
             upserts.append((doc, chunks, matrix[offset : offset + len(chunks)]))
             offset += len(chunks)
+        embedded = time.perf_counter()
         self.index.write(upserts)
+        return embedded - started, time.perf_counter() - embedded
 
     def delete(self, doc_id: str) -> None:
         """Delete a document and its chunks."""
@@ -145,6 +229,7 @@ class CollectionRegistry:
         chunk_size: int = 256,
         chunk_overlap: int = 32,
         embed_batch_size: int = 64,
+        commit_policy: CommitPolicy | None = None,
     ):
         self.index_dir = index_dir
         self.embedder = embedder
@@ -153,6 +238,7 @@ class CollectionRegistry:
         self.chunk_size = min(chunk_size, embedder.max_seq_length - 2)
         self.chunk_overlap = min(chunk_overlap, self.chunk_size // 2)
         self.embed_batch_size = embed_batch_size
+        self.commit_policy = commit_policy or CommitPolicy()
         self._open: dict[str, Collection] = {}
         self._lock = threading.Lock()
 
@@ -166,6 +252,7 @@ class CollectionRegistry:
             chunk_size=settings.chunk_size,
             chunk_overlap=settings.chunk_overlap,
             embed_batch_size=settings.embed_batch_size,
+            commit_policy=CommitPolicy.from_settings(settings),
         )
 
     def names(self) -> list[str]:
@@ -181,7 +268,8 @@ class CollectionRegistry:
             if name in self._open:
                 return self._open[name]
             path = self.index_dir / name
-            if VectorIndex.exists(path):
+            # With ``create``, an index whose creation was interrupted is created again.
+            if VectorIndex.exists(path) and not (create and not VectorIndex.is_complete(path)):
                 index = VectorIndex.open(
                     path, embedding_model=self.embedder.model_id, dimension=self.embedder.dimension
                 )
@@ -200,7 +288,12 @@ class CollectionRegistry:
                     f"index {name!r} does not exist (available: {available}); "
                     f"build it with `ragguard ingest PATH --index {name}`"
                 )
-            collection = Collection(index, self.embedder, embed_batch_size=self.embed_batch_size)
+            collection = Collection(
+                index,
+                self.embedder,
+                embed_batch_size=self.embed_batch_size,
+                commit_policy=self.commit_policy,
+            )
             self._open[name] = collection
             return collection
 

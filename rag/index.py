@@ -60,6 +60,18 @@ CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks(doc_id);
 """
 
 
+@contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction (taking the write lock up front) on an autocommit connection."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
 def delete_index(path: Path) -> None:
     """Remove an index folder. The database goes first, so a crash half-way leaves no index."""
     if not VectorIndex.exists(path):
@@ -84,6 +96,20 @@ class VectorIndex:
     @classmethod
     def exists(cls, path: Path) -> bool:
         return (path / _DB_FILE).is_file()
+
+    @classmethod
+    def is_complete(cls, path: Path) -> bool:
+        """Whether the index's creation committed (a crash inside ``create`` leaves a database
+        without metadata, which ``create`` may then take over)."""
+        if not cls.exists(path):
+            return False
+        conn = sqlite3.connect(path / _DB_FILE)
+        try:
+            return bool(conn.execute("SELECT 1 FROM meta WHERE key = 'format_version'").fetchall())
+        except sqlite3.OperationalError:  # no meta table yet
+            return False
+        finally:
+            conn.close()
 
     @classmethod
     def open(
@@ -131,10 +157,11 @@ class VectorIndex:
         chunk_size: int = 256,
         chunk_overlap: int = 32,
     ) -> VectorIndex:
-        """Create an empty index (the metadata is written in one transaction)."""
+        """Create an empty index (the metadata is written in one transaction), or complete one
+        whose creation was interrupted."""
         if index_type not in INDEX_TYPES:
             raise InvalidInputError(f"index_type must be one of {INDEX_TYPES}, got {index_type!r}")
-        if cls.exists(path):
+        if cls.is_complete(path):
             raise InvalidInputError(f"an index already exists at {path}")
         path.mkdir(parents=True, exist_ok=True)
         conn = cls._connect(path)
@@ -150,7 +177,7 @@ class VectorIndex:
             "created_at": repr(now),
             "updated_at": repr(now),
         }
-        with conn:
+        with _transaction(conn):  # the connection autocommits every statement without one
             conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
         index = cls(path, conn, meta)
         index._write_manifest()
@@ -267,7 +294,7 @@ class VectorIndex:
         with self._lock:
             removed_ids: list[int] = []
             added: list[tuple[int, np.ndarray]] = []
-            with self._transaction():
+            with _transaction(self._conn):
                 self._catch_up()  # the write lock is held: nobody else can commit meanwhile
                 for doc_id in deletes:
                     removed_ids += self._delete_rows(doc_id)
@@ -314,16 +341,6 @@ class VectorIndex:
     def _num_stored_vectors(self) -> int:
         count: int = self._conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
         return count
-
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
 
     def _delete_rows(self, doc_id: str) -> list[int]:
         ids = [

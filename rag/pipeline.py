@@ -9,7 +9,6 @@ private event loop. The server awaits the same coroutines on its own loop.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import time
 import uuid
@@ -21,7 +20,7 @@ from engine.client import EngineClient, as_engine_client, build_engine_client
 from engine.client import EngineUnavailableError as EngineDown
 from guards import Action, Policy
 from guards.review import CachedAnswer
-from rag import citations
+from rag import citations, demo, logs
 from rag.background import BackgroundLoop
 from rag.collection import CollectionRegistry
 from rag.embed import Embedder
@@ -46,8 +45,6 @@ from rag.types import (
 from rag.verification import SelfVerifier
 
 __all__ = ["AskOptions", "Pipeline"]
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -88,9 +85,18 @@ class Pipeline:
         self._loop = BackgroundLoop()
 
     @classmethod
-    def from_settings(cls, settings: Settings | None = None) -> Pipeline:
-        """Load the embedding model and the generator named by the settings (offline by default)."""
+    def from_settings(
+        cls, settings: Settings | None = None, *, require_index: bool = True
+    ) -> Pipeline:
+        """Load the embedding model and the generator named by the settings (offline by default).
+
+        The settings' index must be built (``IndexNotFoundError`` at once, before any model
+        loads), unless ``require_index`` is false; the demo index is built on first use, as
+        ``ragguard serve`` does (``build_demo_index``).
+        """
         settings = settings or Settings()
+        if require_index:
+            demo.check_index_exists(settings)
         if not settings.allow_hub:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -106,6 +112,12 @@ class Pipeline:
             ) from exc
         pipeline = cls(settings, embedder, engine)
         pipeline._owns_engine = True
+        if demo.builds_demo(settings):
+            try:
+                demo.ensure_demo_index(pipeline.collections)
+            except BaseException:
+                pipeline.close()
+                raise
         return pipeline
 
     def close(self) -> None:
@@ -195,6 +207,7 @@ class Pipeline:
         s, opts = self.settings, ask.options
         top_k = s.top_k if opts.top_k is None else opts.top_k
         min_score = s.min_score if opts.min_score is None else opts.min_score
+        logs.note(index=ask.index, top_k=top_k, min_score=min_score)
         since = time.perf_counter()
         retrieval = await asyncio.to_thread(
             self.retriever.run, ask.question, ask.index, top_k, min_score
@@ -333,15 +346,7 @@ class Pipeline:
         ask.timings["total_s"] = time.perf_counter() - ask.started
         if decision is None:
             decision = Action.ABSTAIN if abstain is not None else Action.ANSWER
-        logger.info(
-            "request %s: index=%s passages=%d decision=%s total=%.2fs",
-            ask.request_id,
-            ask.index,
-            len(passages),
-            decision.value,
-            ask.timings["total_s"],
-        )
-        return Result(
+        result = Result(
             question=ask.question,
             answer=answer,
             citations=citations.attribute(answer, passages) if abstain is None else [],
@@ -362,6 +367,17 @@ class Pipeline:
             verification=verification,
             review_id=review_id,
         )
+        logs.note(
+            question=ask.question,
+            answer=answer,
+            passages=len(passages),
+            decision=decision.value,
+            confidence=result.confidence,
+            review_id=review_id,
+            prompt_tokens=result.usage.prompt_tokens,
+            completion_tokens=result.usage.completion_tokens,
+        )
+        return result
 
 
 def engine_config(settings: Settings) -> EngineConfig:

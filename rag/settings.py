@@ -5,8 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MAX_QUESTION_CHARS = 2000
+"""The longest question the HTTP API accepts, as its schema states; ``max_question_chars``
+may lower the limit, not raise it."""
 
 
 class Settings(BaseSettings):
@@ -72,6 +76,24 @@ class Settings(BaseSettings):
     chunk_size: int = Field(256, ge=32, le=8192, description="chunk size in embedding-model tokens")
     chunk_overlap: int = Field(32, ge=0, le=1024, description="tokens shared by consecutive chunks")
     embed_batch_size: int = Field(64, ge=1, le=4096)
+    ingest_group_chunks: int = Field(
+        1024,
+        ge=1,
+        description="ingestion commits after at most this many chunks (one atomic group): "
+        "a crash loses at most the group in progress, and a rerun skips committed documents",
+    )
+    ingest_group_s: float = Field(
+        10.0,
+        gt=0,
+        description="... or after about this many seconds of embedding, whichever comes first",
+    )
+    ingest_max_commit_share: float = Field(
+        0.05,
+        ge=0.0,
+        lt=1.0,
+        description="stretch groups so that commits (each rewrites the index's FAISS file) take "
+        "at most this share of ingestion time; 0: never stretch",
+    )
     max_upload_bytes: int = Field(20 * 1024 * 1024, ge=1, description="largest accepted upload")
 
     # Answering
@@ -79,7 +101,12 @@ class Settings(BaseSettings):
     min_score: float = Field(0.25, ge=-1.0, le=1.0, description="cosine similarity a passage needs")
     max_tokens: int = Field(160, ge=1, le=4096, description="answer length limit in tokens")
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="0 = greedy")
-    max_question_chars: int = Field(2000, ge=1, description="longest accepted question")
+    max_question_chars: int = Field(
+        MAX_QUESTION_CHARS,
+        ge=1,
+        le=MAX_QUESTION_CHARS,
+        description="longest accepted question",
+    )
 
     # Guards and decisions
     guards_enabled: bool = Field(True, description="check every answer and decide")
@@ -159,7 +186,18 @@ class Settings(BaseSettings):
     # Server
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
-    log_level: str = "info"
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    log_format: Literal["json", "text"] = Field(
+        "json", description="server logs: one JSON object per line, or plain text"
+    )
+    log_text: bool = Field(
+        False, description="put question and answer text in request logs (default: lengths only)"
+    )
     build_demo_index: bool = Field(
         True, description="build the packaged demo index on start if missing"
     )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_level(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value

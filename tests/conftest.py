@@ -64,8 +64,8 @@ def pipeline(settings, embedder, llm_engine) -> Iterator[object]:  # type: ignor
 def demo_index_template(tmp_path_factory, embedder) -> Path:  # type: ignore[no-untyped-def]
     """The packaged demo collection, indexed once per session; tests get a copy."""
     from rag.collection import CollectionRegistry
+    from rag.demo import DEMO_INDEX, demo_collection_path
     from rag.documents import load_path
-    from rag.server.state import DEMO_INDEX, demo_collection_path
     from rag.settings import Settings
 
     root = tmp_path_factory.mktemp("demo-template")

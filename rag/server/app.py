@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -21,20 +20,20 @@ from rag.errors import AuthenticationError, OverloadedError, RagGuardError
 from rag.pipeline import Pipeline
 from rag.reviews import open_review_store
 from rag.server import page
-from rag.server.auth import KeyStore, Role, require
+from rag.server.auth import KeyStore, Role, log_protection, require
 from rag.server.disconnect import ClientDisconnected
+from rag.server.request_log import RequestLog
 from rag.server.routers import ask, documents, health, keys, metrics, openai, reviews
-from rag.server.state import ServerState, ensure_demo_index
+from rag.server.state import ServerState
+from rag.server.utf8 import Utf8JsonBodies
 from rag.settings import Settings
 
 logger = logging.getLogger(__name__)
-_REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 
 def _load(state: ServerState) -> None:
-    pipeline = Pipeline.from_settings(state.settings)
-    if state.settings.build_demo_index and state.settings.index_name == "demo":
-        ensure_demo_index(pipeline)
+    # A missing index is not fatal here: documents can be posted to it once the server runs.
+    pipeline = Pipeline.from_settings(state.settings, require_index=False)
     state.telemetry.watch_engine(pipeline.engine.stats)
     state.pipeline = pipeline
 
@@ -79,6 +78,8 @@ def _add_exception_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         # Routing and framework errors (404 unknown route, 405, malformed multipart, ...).
+        if isinstance(exc.__cause__, RagGuardError):  # ours, met while FastAPI read the body
+            return await ragguard_error(request, exc.__cause__)
         response = _error(exc.status_code, "http_error", exc.detail)
         response.headers.update(exc.headers or {})
         return response
@@ -97,6 +98,13 @@ def _add_exception_handlers(app: FastAPI) -> None:
         return _error(500, "internal_error", "internal server error; see the server log")
 
 
+_DESCRIPTION = """Errors are `{"detail": ..., "error": ...}` (the OpenAI-compatible routes answer
+in OpenAI's shape, with 400 for every refused request). Request bodies are JSON in UTF-8: another
+encoding is refused with 400 (`invalid_encoding`). Unknown fields and values of another type than
+the declared one (`"1"` or `false` for a number, `0` for a boolean) are refused with 422, not
+coerced; a JSON integer is a number."""
+
+
 def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = None) -> FastAPI:
     """Build the API. Given a ``pipeline`` (tests, embedding in an app), nothing is loaded."""
     state = ServerState(settings or (pipeline.settings if pipeline else Settings()), pipeline)
@@ -105,7 +113,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         s = state.settings
         state.keys = KeyStore(s.data_dir / "keys.sqlite", s.api_keys)
-        logger.info("authentication: %s", "API keys required" if state.keys.is_enabled else "off")
+        log_protection(state.keys)  # a loud warning when authentication is off
         # Reviewers can work while the model loads: the queue does not need it.
         own_reviews = None if pipeline else await run_in_threadpool(open_review_store, s)
         state.reviews = pipeline.reviews.store if pipeline else own_reviews
@@ -126,25 +134,20 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
                 own_reviews.close()
             state.keys.close()
 
-    app = FastAPI(
+    # FastAPIOffline: /docs and /redoc load their scripts from this server, not from a CDN.
+    app = FastAPIOffline(
         title="ragguard",
         version="0.1.0",
         summary="Grounded question answering with checked answers.",
+        description=_DESCRIPTION,
         lifespan=lifespan,
     )
     app.state.ragguard = state
     _add_exception_handlers(app)
+    app.add_middleware(Utf8JsonBodies)
 
-    @app.middleware("http")
-    async def request_id(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        given = request.headers.get("x-request-id", "")
-        rid = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
-        request.state.request_id = rid
-        response = await call_next(request)
-        response.headers["x-request-id"] = rid
-        return response
+    # Outermost: every request gets its id and one log record, errors and 404s included.
+    app.add_middleware(RequestLog, log_text=state.settings.log_text)
 
     app.include_router(health.router)
     app.include_router(metrics.router)

@@ -2,7 +2,9 @@
 
 Keys are random (256 bits); only their SHA-256 is stored (``data_dir/keys.sqlite`` and/or the
 ``RAGGUARD_API_KEYS`` file), and a presented key is compared in constant time. With no key
-configured authentication is off and the server must listen on loopback only.
+configured authentication is off: every caller is an admin, so the app itself then serves only
+callers on this machine (whatever address it was bound to), and refuses requests that a web page
+elsewhere could have sent (another Host, Origin or Sec-Fetch-Site).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import enum
 import hashlib
 import hmac
 import ipaddress
+import logging
 import secrets
 import sqlite3
 import threading
@@ -18,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from fastapi import Request
 
@@ -29,6 +33,8 @@ from rag.errors import (
     NotReadyError,
     PermissionDeniedError,
 )
+
+logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "rg_"
 
@@ -184,6 +190,8 @@ def require(role: Role) -> Callable[[Request], Principal]:
 _LOCAL_HOST_NAMES = ("localhost", "127.0.0.1", "[::1]", "testserver")
 """Host headers served without keys ("testserver" is the ASGI test client's; no public DNS
 name can be it)."""
+_TEST_CLIENT = "testclient"
+"""The client address the ASGI test client reports: no network peer can have it."""
 
 
 def _host_name(header: str) -> str:
@@ -195,29 +203,86 @@ def _host_name(header: str) -> str:
 
 
 def _refuse_foreign_browser_requests(request: Request) -> None:
-    """Without keys every local caller is an admin, so a web page must not be able to act as
-    one: a request addressed to another host name (DNS rebinding) or sent by a browser from
-    another site (cross-site request forgery) is refused."""
+    """Without keys every local caller is an admin, so nobody else may be one: a request from
+    another machine (a server bound beyond loopback by hand), addressed to another host name
+    (DNS rebinding) or sent by a browser from another site (cross-site request forgery: another
+    ``Origin``, ``Origin: null``, or ``Sec-Fetch-Site``) is refused."""
+    reason = _why_foreign(request)
+    if reason is not None:
+        raise PermissionDeniedError(f"authentication is off, so {reason}")
+
+
+def _why_foreign(request: Request) -> str | None:
+    client = request.client.host if request.client else None  # None: a Unix socket
+    if client is not None and client != _TEST_CLIENT and not is_loopback(client):
+        return (
+            f"only clients on this machine are served (not {client}); create an API key "
+            "(`ragguard keys create NAME --role admin`) to serve others"
+        )
     host = _host_name(request.headers.get("host", ""))
     if host not in _LOCAL_HOST_NAMES:
-        raise PermissionDeniedError(
-            f"authentication is off, so only requests addressed to localhost are served "
-            f"(Host: {host or 'none'}); create an API key to serve other names"
+        return (
+            f"only requests addressed to localhost are served (Host: {host or 'none'}); "
+            "create an API key to serve other names"
         )
+    origin = request.headers.get("origin")
+    if origin is not None and not _is_this_origin(origin, request.headers.get("host", "")):
+        return f"requests from other web sites are refused (Origin: {origin[:100]})"
     site = request.headers.get("sec-fetch-site")
     if site is not None and site not in ("same-origin", "none"):
-        raise PermissionDeniedError(
-            "authentication is off, so requests from other web sites are refused"
-        )
+        return "requests from other web sites are refused"
+    return None
+
+
+def _is_this_origin(origin: str, host_header: str) -> bool:
+    """Whether a browser's Origin is this server as the Host header names it ("null", sent by
+    sandboxed frames and some redirects, never is)."""
+    try:
+        parts = urlsplit(origin.strip().lower())
+        scheme, authority = parts.scheme, parts.netloc
+    except ValueError:
+        return False
+    if scheme not in ("http", "https") or not authority or parts.path not in ("", "/"):
+        return False
+    default_port = ":80" if scheme == "http" else ":443"
+    host = host_header.strip().lower()
+    return authority.removesuffix(default_port) == host.removesuffix(default_port)
+
+
+def sees_details(request: Request) -> bool:
+    """Whether the caller may see what the server runs (model and index names in ``/readyz``):
+    one with a valid key, or, with authentication off, a local caller."""
+    keys: KeyStore | None = request.app.state.ragguard.keys
+    if keys is None:
+        return False
+    if not keys.is_enabled:
+        return _why_foreign(request) is None
+    key = presented_key(request)
+    return key is not None and keys.verify(key) is not None
+
+
+def log_protection(keys: KeyStore) -> None:
+    """Say at start-up how the server is protected; loudly when it is not."""
+    if keys.is_enabled:
+        logger.info("authentication: API keys required")
+        return
+    logger.warning(
+        "AUTHENTICATION IS OFF: no API key is configured, so every caller is an admin. Only "
+        "clients on this machine (loopback) are served, whatever address the server listens "
+        "on; create a key (`ragguard keys create NAME --role admin`) to serve anyone else"
+    )
 
 
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback  # ::ffff:127.0.0.1 from a dual-stack socket
+    return address.is_loopback
 
 
 def check_bind(host: str, keys: KeyStore) -> str:

@@ -5,16 +5,15 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from guards.review import AuditEntry, QueueStats, Ratings, ReviewItem, gold
 from guards.review.highlight import cited_sentences
+from rag.server.schemas import StrictRequest
 
 
-class RatingsIn(BaseModel):
+class RatingsIn(StrictRequest):
     """The human-evaluation scales; each optional."""
-
-    model_config = ConfigDict(extra="forbid")
 
     relevance: int | None = Field(None, ge=0, le=3, description="0 irrelevant … 3 on point")
     fluency: int | None = Field(None, ge=0, le=2, description="0 broken … 2 fluent")
@@ -24,18 +23,14 @@ class RatingsIn(BaseModel):
         return Ratings(self.relevance, self.fluency, self.usefulness, comment)
 
 
-class ClaimIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ClaimIn(StrictRequest):
     ttl_s: float | None = Field(
         None, gt=0, le=24 * 3600, description="claim length; default the server's"
     )
 
 
-class ResolveIn(BaseModel):
+class ResolveIn(StrictRequest):
     """What the reviewer decided, with their ratings and comment."""
-
-    model_config = ConfigDict(extra="forbid")
 
     action: Literal["approve", "edit", "reject", "escalate"]
     edited_answer: str | None = Field(
@@ -43,20 +38,22 @@ class ResolveIn(BaseModel):
     )
     ratings: RatingsIn = Field(default_factory=RatingsIn)
     comment: str = Field("", max_length=5000)
+    escalate_to: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="only with 'escalate': the reviewer to hand the item to (default: the admins)",
+    )
 
 
-class RateIn(BaseModel):
+class RateIn(StrictRequest):
     """A further reviewer's ratings of a resolved item."""
-
-    model_config = ConfigDict(extra="forbid")
 
     ratings: RatingsIn
     comment: str = Field("", max_length=5000)
 
 
-class GoldIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class GoldIn(StrictRequest):
     question: str = Field(..., min_length=1, max_length=5000)
     answer: str = Field(..., min_length=1, max_length=20_000)
     correct: bool = Field(..., description="is the answer right? (approving it is then correct)")
@@ -123,6 +120,12 @@ class ReviewOut(BaseModel):
     ratings: list[RatingOut]
     is_gold: bool | None = None
     audit: list[AuditOut] | None = None
+    escalated_by: str | None = Field(
+        None, description="who escalated the item (they may not claim it back)"
+    )
+    escalated_to: str | None = Field(
+        None, description="the reviewer it was escalated to; null with escalated_by: the admins"
+    )
 
     @classmethod
     def from_item(
@@ -173,6 +176,8 @@ class ReviewOut(BaseModel):
                 for r in item.ratings
             ],
             is_gold=(item.gold_id is not None) if show_gold else None,
+            escalated_by=item.escalated_by,
+            escalated_to=item.escalated_to,
             audit=None
             if audit is None
             else [AuditOut.from_entry(e) for e in audit if show_gold or e.action != gold.MADE_GOLD],
@@ -247,10 +252,11 @@ class StatsOut(BaseModel):
         )
 
 
-class KeyIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+KEY_NAME_PATTERN = r"^[A-Za-z0-9_-]+$"
 
-    name: str = Field(..., min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+
+class KeyIn(StrictRequest):
+    name: str = Field(..., min_length=1, max_length=64, pattern=KEY_NAME_PATTERN)
     role: Literal["app", "reviewer", "admin"]
 
 

@@ -2,24 +2,47 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from rag.collection import IngestReport
+from rag.collection import INDEX_NAME_PATTERN, IngestReport, check_index_name
 from rag.index_records import DocumentInfo, IndexInfo
+from rag.settings import MAX_QUESTION_CHARS
 from rag.types import AskOptions, Result
 
+MAX_OFFSET = 2**31
+"""The largest offset a listing takes: far past any listing's end, and far below SQLite's
+largest integer (2**63 - 1), beyond which a query fails."""
 
-class AskRequest(BaseModel):
+IndexName = Annotated[
+    str,
+    Field(min_length=1, max_length=64, json_schema_extra={"pattern": INDEX_NAME_PATTERN}),
+    AfterValidator(check_index_name),  # the pattern, refused with a message that explains it
+]
+"""An index name (letters, digits, '_', '.' or '-', starting with a letter or digit), in a body,
+a query or a path."""
+
+
+class StrictRequest(BaseModel):
+    """A request body. Unknown fields are refused, and so are values of another type than the
+    declared one (``"1"`` or ``false`` for a number, ``0`` for a boolean): they are not coerced.
+    A JSON integer is a number; NaN and infinities (not JSON) are refused."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class AskRequest(StrictRequest):
     """A question for the grounded QA pipeline."""
 
-    model_config = ConfigDict(extra="forbid")
-
     question: str = Field(
-        ..., min_length=1, max_length=100_000, examples=["What does a KV cache avoid recomputing?"]
+        ...,
+        min_length=1,
+        max_length=MAX_QUESTION_CHARS,
+        description="the question; the server may set a lower limit (RAGGUARD_MAX_QUESTION_CHARS)",
+        examples=["What does a KV cache avoid recomputing?"],
     )
-    index: str | None = Field(
+    index: IndexName | None = Field(
         None, description="index to search; default: the server's RAGGUARD_INDEX_NAME"
     )
     top_k: int | None = Field(None, ge=1, le=50, description="passages to retrieve")
@@ -121,10 +144,8 @@ class AskResponse(BaseModel):
         return cls.model_validate(result.to_dict())
 
 
-class DocumentIn(BaseModel):
+class DocumentIn(StrictRequest):
     """A document given as text."""
-
-    model_config = ConfigDict(extra="forbid")
 
     doc_id: str = Field(
         ..., min_length=1, max_length=512, description="stable id; re-posting replaces"
@@ -212,8 +233,10 @@ class HealthOut(BaseModel):
 
 
 class ReadyOut(BaseModel):
+    """Readiness; callers without a valid key (or, without keys, not local) get ``status`` only."""
+
     status: str
     model: str | None = None
     embedding_model: str | None = None
-    indexes: list[str] = Field(default_factory=list)
+    indexes: list[str] | None = None
     error: str | None = None

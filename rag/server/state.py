@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -18,26 +17,6 @@ from rag.server.telemetry import Telemetry
 from rag.settings import Settings
 
 logger = logging.getLogger(__name__)
-
-DEMO_INDEX = "demo"
-
-
-def demo_collection_path() -> Path:
-    """The packaged demo documents."""
-    return Path(__file__).resolve().parent.parent / "data" / "demo"
-
-
-def ensure_demo_index(pipeline: Pipeline) -> bool:
-    """Build the demo index from the packaged documents when it is missing or empty
-    (an empty one is what a first start interrupted before its commit leaves behind)."""
-    collection = pipeline.collections.get(DEMO_INDEX, create=True)
-    if collection.info().num_documents:
-        return False
-    from rag.documents import load_path
-
-    logger.info("building the demo index from %s", demo_collection_path())
-    collection.ingest(load_path(demo_collection_path()))
-    return True
 
 
 @dataclass(slots=True)

@@ -13,6 +13,7 @@ from engine import CompletionOutput, RequestOutput, SamplingParams
 from engine.client import EngineClient, generate_all
 from engine.outputs import streamable_text
 from guards import LoopStop
+from rag import logs
 from rag.errors import InvalidInputError
 from rag.prompt import build_messages
 from rag.settings import Settings
@@ -55,6 +56,13 @@ class GenerateStage:
     def plan(self, question: str, passages: list[Passage], options: AskOptions) -> Plan:
         """Validated sampling parameters and a prompt that fits the context window."""
         answer, samples = self._sampling_params(options)
+        logs.note(
+            temperature=answer.temperature,
+            max_tokens=answer.max_tokens,
+            seed=answer.seed,
+            samples=0 if samples is None else samples.n,
+            sample_temperature=None if samples is None else samples.temperature,
+        )
         prompt, shown = self._fit_prompt(question, list(passages), answer.max_tokens)
         return Plan(prompt, shown, answer, samples)
 

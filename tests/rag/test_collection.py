@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+import sqlite3
 from pathlib import Path
 
 import pytest
 
-from rag.collection import CollectionRegistry
+from rag.collection import CollectionRegistry, CommitPolicy, GroupSizer
 from rag.documents import Document
 from rag.errors import (
     DocumentNotFoundError,
@@ -78,9 +80,107 @@ def test_index_built_with_another_embedding_model_is_refused(tmp_path: Path, emb
 
 
 def test_an_interrupted_first_demo_build_is_completed(pipeline) -> None:  # type: ignore[no-untyped-def]
-    from rag.server.state import ensure_demo_index
+    from rag.demo import ensure_demo_index
 
     pipeline.collections.get("demo", create=True)  # created, then "killed" before ingesting
-    assert ensure_demo_index(pipeline)
+    assert ensure_demo_index(pipeline.collections)
     assert pipeline.collections.get("demo").info().num_documents >= 20
-    assert not ensure_demo_index(pipeline)
+    assert not ensure_demo_index(pipeline.collections)
+
+
+class _EmbedderThatDies:
+    """The session embedder, but embedding fails once ``texts_left`` texts are used up (a crash
+    mid-ingestion); counts the texts it embedded."""
+
+    def __init__(self, inner, texts_left: float) -> None:  # type: ignore[no-untyped-def]
+        self.inner = inner
+        self.texts_left = texts_left
+        self.embedded = 0
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self.inner, name)
+
+    def embed(self, texts: list[str], batch_size: int = 64):  # type: ignore[no-untyped-def]
+        if len(texts) > self.texts_left:
+            raise RuntimeError("killed mid-ingestion")
+        self.texts_left -= len(texts)
+        self.embedded += len(texts)
+        return self.inner.embed(texts, batch_size=batch_size)
+
+
+def test_an_interrupted_ingestion_keeps_its_committed_groups_and_the_rerun_skips_them(
+    tmp_path: Path, embedder
+) -> None:  # type: ignore[no-untyped-def]
+    import faiss
+
+    docs = [
+        Document(f"d{i:02d}", f"Fact number {i:02d} is about topic {i:02d}.") for i in range(12)
+    ]
+    policy = CommitPolicy(max_chunks=3, max_seconds=math.inf, max_commit_share=0.0)
+    dying = _EmbedderThatDies(embedder, texts_left=7)  # dies inside the third group of three
+    reg = CollectionRegistry(tmp_path, dying, chunk_size=64, chunk_overlap=8, commit_policy=policy)  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="killed"):
+        reg.get("kb", create=True).ingest(docs)
+    reg.close()
+
+    index = VectorIndex.open(tmp_path / "kb")
+    assert [d.doc_id for d in index.documents()] == ["d00", "d01", "d02", "d03", "d04", "d05"]
+    assert index.generation == 2  # one commit per group
+    # The FAISS file of the committed generation holds exactly the committed chunks.
+    vectors = faiss.read_index(str(tmp_path / "kb" / f"vectors-{index.generation}.faiss"))
+    stored = faiss.vector_to_array(vectors.id_map)
+    conn = sqlite3.connect(tmp_path / "kb" / "chunks.sqlite")
+    assert sorted(stored.tolist()) == [
+        r[0] for r in conn.execute("SELECT id FROM chunks ORDER BY id")
+    ]
+    conn.close()
+    index.close()
+
+    counting = _EmbedderThatDies(embedder, texts_left=math.inf)
+    rerun = CollectionRegistry(tmp_path, counting, chunk_size=64, chunk_overlap=8)  # type: ignore[arg-type]
+    report = rerun.get("kb").ingest(docs)
+    assert len(report.skipped) == 6 and len(report.added) == 6
+    assert counting.embedded == 6  # only what the crash lost is embedded again
+    assert rerun.get("kb").info().num_documents == 12
+    rerun.close()
+
+
+def test_commit_groups_are_bounded_by_chunks_by_time_and_by_the_cost_of_a_commit() -> None:
+    sizer = GroupSizer(CommitPolicy(max_chunks=1000, max_seconds=10.0), min_chunks=64)
+    assert not sizer.is_full(63, 10**9) and sizer.is_full(64, 1)  # unknown pace: one batch
+    sizer.observe(6_400, embed_s=2.0, commit_s=0.01)  # 3,200 characters a second
+    assert not sizer.is_full(500, 31_999) and sizer.is_full(500, 32_000)  # 10 s of work
+    assert sizer.is_full(1000, 1_000) and not sizer.is_full(63, 32_000)  # chunks; one batch
+    sizer.observe(32_000, embed_s=10.0, commit_s=1.0)  # a slow commit: 5% of at least 20 s
+    assert not sizer.is_full(1000, 63_999) and sizer.is_full(1000, 64_000)
+    assert not sizer.is_full(5000, 63_999)  # stretched past max_chunks while commits are slow
+
+    untimed = CommitPolicy(max_chunks=4096, max_seconds=math.inf, max_commit_share=0.0)
+    sizer = GroupSizer(untimed, min_chunks=64)
+    assert not sizer.is_full(4095, 10**9) and sizer.is_full(4096, 1)
+    sizer.observe(10**6, embed_s=60.0, commit_s=5.0)
+    assert not sizer.is_full(4095, 10**9) and sizer.is_full(4096, 1)
+    assert GroupSizer(CommitPolicy(max_chunks=6), min_chunks=64).is_full(6, 1)
+    with pytest.raises(InvalidInputError, match="commit policy"):
+        CommitPolicy(max_chunks=0)
+
+
+def test_commit_groups_come_from_the_settings(embedder) -> None:  # type: ignore[no-untyped-def]
+    from rag.settings import Settings
+
+    settings = Settings(
+        ingest_group_chunks=7, ingest_group_s=2.5, ingest_max_commit_share=0.1, _env_file=None
+    )
+    registry = CollectionRegistry.from_settings(settings, embedder)
+    assert registry.commit_policy == CommitPolicy(7, 2.5, 0.1)
+
+
+def test_an_index_whose_creation_was_interrupted_is_created_again(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "kb").mkdir()
+    VectorIndex._connect(tmp_path / "kb").close()  # killed before the metadata was committed
+    reg = registry(tmp_path, embedder)
+    with pytest.raises(IndexNotFoundError, match="never completely created"):
+        reg.get("kb")
+    assert reg.get("kb", create=True).ingest([Document("kv", FACTS["kv"])]).added == ["kv"]
+    reg.close()
+    assert registry(tmp_path, embedder).get("kb").info().num_documents == 1

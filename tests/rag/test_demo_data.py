@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rag.demo import demo_collection_path
 from rag.documents import load_path
-from rag.server.state import demo_collection_path
 
 DATA = demo_collection_path().parent
 

@@ -219,3 +219,40 @@ def test_corrupt_faiss_file_is_rebuilt_from_the_database(tmp_path: Path) -> None
     (tmp_path / "ix" / "vectors-1.faiss").write_bytes(b"not a faiss index")
     reopened = VectorIndex.open(tmp_path / "ix")
     assert reopened.search(unit(11), 1)[0].chunk.chunk_id == "a#1"
+
+
+_CREATE_CRASHER = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+    from rag.index import VectorIndex
+
+    connect = VectorIndex._connect
+    def connect_then_die_at_the_second_meta_row(path):
+        conn = connect(path)
+        rows = []
+        def trace(statement):
+            rows.extend(["meta"] if statement.startswith("INSERT OR REPLACE INTO meta") else [])
+            if len(rows) == 2:
+                os._exit(9)  # killed while the metadata is being written
+        conn.set_trace_callback(trace)
+        return conn
+    VectorIndex._connect = staticmethod(connect_then_die_at_the_second_meta_row)
+    VectorIndex.create(Path(sys.argv[1]), embedding_model="test-model", dimension=8)
+    """
+)
+
+
+def test_process_killed_while_creating_an_index(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", _CREATE_CRASHER, str(tmp_path / "ix")], check=False
+    )
+    assert proc.returncode == 9
+    # No metadata row was committed: the index is incomplete, not half-described.
+    assert VectorIndex.exists(tmp_path / "ix") and not VectorIndex.is_complete(tmp_path / "ix")
+    with pytest.raises(IndexNotFoundError, match="never completely created"):
+        VectorIndex.open(tmp_path / "ix")
+    index = create(tmp_path / "ix")  # running the ingestion again completes it
+    index.write([doc("a", 2, 10)])
+    index.close()
+    assert VectorIndex.open(tmp_path / "ix", embedding_model="test-model").info().num_chunks == 2

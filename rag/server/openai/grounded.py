@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from fastapi import Request
 from fastapi.responses import Response
 from pydantic import BaseModel
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 
 from rag.pipeline import Pipeline
 from rag.server.disconnect import unless_disconnected
@@ -35,6 +35,7 @@ from rag.server.openai.schemas import (
 from rag.server.openai.sse import chunk_event, done, json_response
 from rag.server.schemas import AskResponse
 from rag.server.state import ServerState
+from rag.server.streaming import event_stream
 from rag.types import AskOptions, Result, ResultEvent, TokenEvent, result_of
 
 
@@ -100,7 +101,7 @@ async def answer_grounded(
     if body.stream:
         state.admission.check()
         stream = _grounded_stream(request, pipeline, state, job, question, options, arrival)
-        return EventSourceResponse(stream, sep="\n")
+        return event_stream(stream, state.settings, sep="\n")
     async with state.admission.slot() as waited_s:
         events = state.telemetry.track(
             pipeline.stream(question, options, request_id=request_id), arrival, waited_s

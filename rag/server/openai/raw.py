@@ -14,11 +14,12 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import Response
 from pydantic import BaseModel
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 
 from engine.client import EngineClient
 from engine.outputs import CompletionOutput, FinishReason, RequestOutput, streamable_text
 from engine.sampling_params import SamplingParams
+from rag import logs
 from rag.errors import (
     DeadlineExceededError,
     EngineUnavailableError,
@@ -44,6 +45,7 @@ from rag.server.openai.schemas import (
 )
 from rag.server.openai.sse import chunk_event, done, json_response
 from rag.server.state import ServerState
+from rag.server.streaming import event_stream
 
 
 @dataclass(slots=True)
@@ -265,10 +267,21 @@ async def generate_raw(
 ) -> Response:
     request_id: str = request.state.request_id
     deadline = _deadline(pipeline, body)
+    logs.note(
+        model=pipeline.engine.model_name,
+        prompt="\n".join(prompts),
+        prompts=len(prompts),
+        n=params.n,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        max_tokens=params.max_tokens,
+        seed=params.seed,
+        stream=body.stream,
+    )
     if body.stream:
         state.admission.check()  # refuse with a status code while one can still be sent
         stream = _raw_stream(request, pipeline, state, job, prompts, params, deadline)
-        return EventSourceResponse(stream, sep="\n")
+        return event_stream(stream, state.settings, sep="\n")
     async with state.admission.slot():
         finals = await unless_disconnected(
             request, _finals(pipeline.engine, prompts, params, request_id, deadline)

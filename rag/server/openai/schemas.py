@@ -2,18 +2,19 @@
 ``/v1/completions``, ``/v1/chat/completions``), shaped as OpenAI's so that its clients work.
 
 Fields that OpenAI defines and ragguard cannot honour are refused with a 400, not ignored;
-unknown fields are ignored (clients send many). The grounded model, ``ragguard``, takes the
-options of ``/v1/ask`` as extra body fields (``extra_body={"index": ..., "top_k": ...}`` in the
-``openai`` package).
+unknown fields are ignored (clients send many). Values of another type than the declared one are
+refused, not coerced (a JSON integer is a number); the stated ranges are the engine's. The
+grounded model, ``ragguard``, takes the options of ``/v1/ask`` as extra body fields
+(``extra_body={"index": ..., "top_k": ...}`` in the ``openai`` package).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rag.server.schemas import CitationOut, GuardVerdictOut, PassageOut
+from rag.server.schemas import CitationOut, GuardVerdictOut, IndexName, PassageOut
 
 GROUNDED_MODEL = "ragguard"
 """The model id that answers from the index, with citations and the guards' decision."""
@@ -47,33 +48,57 @@ class ModelList(BaseModel):
 
 
 # ---------------------------------------------------------------- requests
-class StreamOptions(BaseModel):
+MAX_COMPLETION_TOKENS = 32768
+"""The engine's limit on one completion's length (``SamplingParams``)."""
+
+StopString = Annotated[str, Field(min_length=1)]
+Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
+
+
+class OpenAIRequest(BaseModel):
+    """A request body of these routes: unknown fields are ignored (OpenAI's clients send many),
+    values of another type are refused, not coerced; NaN and infinities are refused."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+
+
+class StreamOptions(OpenAIRequest):
     include_usage: bool = False
 
 
-class GenerationRequest(BaseModel):
+class GenerationRequest(OpenAIRequest):
     """What completions and chat completions share, plus the grounded model's options."""
 
-    model_config = ConfigDict(extra="ignore")
-
     model: str = Field(..., description=f"the loaded model's id, or {GROUNDED_MODEL!r}")
-    n: int = Field(1, description="completions per prompt (the grounded model: 1)")
+    n: int = Field(1, ge=1, le=64, description="completions per prompt (the grounded model: 1)")
     temperature: float | None = Field(
-        None, description="0 = greedy; default 1 (the grounded model: the server's setting)"
+        None,
+        ge=0.0,
+        le=5.0,
+        description="0 = greedy; default 1 (the grounded model: the server's setting)",
     )
-    top_p: float | None = Field(None, description="nucleus sampling; default 1")
-    max_tokens: int | None = Field(None, description="completion length limit in tokens")
-    stop: str | list[str] | None = Field(None, description="strings that end a completion")
-    seed: int | None = Field(None, description="sampling seed, for reproducible completions")
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
+    top_p: float | None = Field(None, gt=0.0, le=1.0, description="nucleus sampling; default 1")
+    max_tokens: int | None = Field(
+        None, ge=1, le=MAX_COMPLETION_TOKENS, description="completion length limit in tokens"
+    )
+    stop: StopString | list[StopString] | None = Field(
+        None, description="strings that end a completion"
+    )
+    seed: int | None = Field(
+        None, ge=0, lt=2**63, description="sampling seed, for reproducible completions"
+    )
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
     stream: bool = Field(False, description="answer as server-sent events, ending in [DONE]")
     stream_options: StreamOptions | None = None
     user: str | None = Field(None, description="accepted and ignored")
     logit_bias: dict[str, float] | None = Field(None, description="not supported when non-empty")
+    ignore_eos: bool = Field(
+        False, description="keep generating past the end-of-text token (as vLLM's extension)"
+    )
 
     # The grounded model's options (extra body fields, as in /v1/ask).
-    index: str | None = Field(None, description="grounded: the index to search")
+    index: IndexName | None = Field(None, description="grounded: the index to search")
     top_k: int | None = Field(None, ge=1, le=50, description="grounded: passages to retrieve")
     min_score: float | None = Field(
         None, ge=-1.0, le=1.0, description="grounded: relevance threshold (cosine)"
@@ -99,16 +124,14 @@ class GenerationRequest(BaseModel):
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
 
 
-class ContentPart(BaseModel):
+class ContentPart(OpenAIRequest):
     model_config = ConfigDict(extra="allow")
 
     type: str
     text: str | None = None
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
+class ChatMessage(OpenAIRequest):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
@@ -117,7 +140,10 @@ class ChatMessage(BaseModel):
 class ChatCompletionRequest(GenerationRequest):
     messages: list[ChatMessage] = Field(..., min_length=1)
     max_completion_tokens: int | None = Field(
-        None, description="completion length limit in tokens (wins over max_tokens)"
+        None,
+        ge=1,
+        le=MAX_COMPLETION_TOKENS,
+        description="completion length limit in tokens (wins over max_tokens)",
     )
     logprobs: bool = Field(False, description="return the chosen tokens' log-probabilities")
     top_logprobs: int | None = Field(
@@ -127,13 +153,15 @@ class ChatCompletionRequest(GenerationRequest):
 
 
 class CompletionRequest(GenerationRequest):
-    prompt: str | list[str] = Field(..., description="a prompt, or a list of prompts")
+    prompt: str | Annotated[list[str], Field(min_length=1)] = Field(
+        ..., description="a prompt, or a list of prompts"
+    )
     logprobs: int | None = Field(
         None, ge=0, le=20, description="log-probabilities of the chosen and this many top tokens"
     )
     echo: bool = Field(False, description="not supported")
     suffix: str | None = Field(None, description="not supported")
-    best_of: int | None = Field(None, description="only equal to n is supported")
+    best_of: int | None = Field(None, ge=1, le=64, description="only equal to n is supported")
 
     @property
     def prompts(self) -> list[str]:

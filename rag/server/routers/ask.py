@@ -11,20 +11,21 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 
 from rag.errors import RagGuardError
 from rag.pipeline import Pipeline
 from rag.server.disconnect import unless_disconnected
 from rag.server.schemas import AskRequest, AskResponse, ErrorOut
 from rag.server.state import PipelineDep, ServerState, StateDep
+from rag.server.streaming import event_stream
 from rag.types import AskEvent, AskOptions, PassagesEvent, TokenEvent, result_of
 
 logger = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1", tags=["ask"])
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorOut} for code in (404, 422, 429, 503, 504)
+    code: {"model": ErrorOut} for code in (400, 401, 403, 404, 422, 429, 503, 504)
 }
 _ERRORS[200] = {
     "content": {"text/event-stream": {}},
@@ -49,7 +50,8 @@ async def ask(
     request_id: str = request.state.request_id
     if body.stream:
         state.admission.check()  # refuse with a status code while one can still be sent
-        return EventSourceResponse(_sse(state, pipeline, body.question, options, request_id))
+        stream = _sse(state, pipeline, body.question, options, request_id)
+        return event_stream(stream, state.settings)
     async with state.admission.slot() as slot_wait_s:
         events = state.telemetry.track(
             pipeline.stream(body.question, options, request_id=request_id), arrival, slot_wait_s

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
@@ -19,10 +19,12 @@ from rag.errors import (
     UnsupportedFileTypeError,
 )
 from rag.server.schemas import (
+    MAX_OFFSET,
     DocumentIn,
     DocumentList,
     DocumentOut,
     ErrorOut,
+    IndexName,
     IndexOut,
     IngestResponse,
 )
@@ -31,9 +33,11 @@ from rag.server.state import PipelineDep, SettingsDep
 logger = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1", tags=["documents"])
 
-IndexQuery = Annotated[str | None, Query(description="index name; default: the server's index")]
+IndexQuery = Annotated[
+    IndexName | None, Query(description="index name; default: the server's index")
+]
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorOut} for code in (404, 409, 411, 413, 415, 422, 503)
+    code: {"model": ErrorOut} for code in (400, 401, 403, 404, 409, 411, 413, 415, 422, 503)
 }
 
 _UPLOAD_BODY = {
@@ -120,7 +124,7 @@ async def list_documents(
     pipeline: PipelineDep,
     settings: SettingsDep,
     index: IndexQuery = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> DocumentList:
     """Documents of an index, ordered by id."""
@@ -142,7 +146,10 @@ async def list_documents(
 
 @router.delete("/documents/{doc_id:path}", status_code=204, responses=_ERRORS)
 async def delete_document(
-    doc_id: str, pipeline: PipelineDep, settings: SettingsDep, index: IndexQuery = None
+    doc_id: Annotated[str, Path(max_length=512)],
+    pipeline: PipelineDep,
+    settings: SettingsDep,
+    index: IndexQuery = None,
 ) -> Response:
     """Delete a document and its chunks."""
     collection = await run_in_threadpool(pipeline.collections.get, index or settings.index_name)
@@ -150,7 +157,7 @@ async def delete_document(
     return Response(status_code=204)
 
 
-@router.get("/indexes", response_model=list[IndexOut], tags=["indexes"])
+@router.get("/indexes", response_model=list[IndexOut], tags=["indexes"], responses=_ERRORS)
 async def list_indexes(pipeline: PipelineDep) -> list[IndexOut]:
     """Every readable index under the server's index folder (others are logged and skipped)."""
 
@@ -167,7 +174,7 @@ async def list_indexes(pipeline: PipelineDep) -> list[IndexOut]:
 
 
 @router.get("/indexes/{name}", response_model=IndexOut, tags=["indexes"], responses=_ERRORS)
-async def get_index(name: str, pipeline: PipelineDep) -> IndexOut:
+async def get_index(name: Annotated[IndexName, Path()], pipeline: PipelineDep) -> IndexOut:
     """How an index was built and what it holds."""
     return await run_in_threadpool(
         lambda: IndexOut.from_info(pipeline.collections.get(name).info())

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from engine.client import EngineUnavailableError
+from rag.server.auth import sees_details
 from rag.server.schemas import HealthOut, ReadyOut
-from rag.server.state import StateDep
+from rag.server.state import ServerState, StateDep
 
 router = APIRouter(tags=["health"])
 
@@ -18,21 +19,33 @@ async def healthz() -> HealthOut:
     return HealthOut(status="ok")
 
 
-@router.get("/readyz", response_model=ReadyOut, responses={503: {"model": ReadyOut}})
-async def readyz(state: StateDep) -> ReadyOut | JSONResponse:
+@router.get(
+    "/readyz",
+    response_model=ReadyOut,
+    response_model_exclude_none=True,
+    responses={503: {"model": ReadyOut}},
+)
+async def readyz(state: StateDep, request: Request) -> ReadyOut | JSONResponse:
     """Ready to answer: model and embedder loaded, engine healthy. 503 while loading, after a
     failed load, or when the engine has stopped. Answered on the event loop, never behind model
-    work."""
+    work. Only the status unless the caller has a valid key (or, without keys, is local): the
+    model, the index names and error messages are not for anyone who can reach the port."""
+    body = _readiness(state)
+    if not sees_details(request):
+        body = ReadyOut(status=body.status)
+    if body.status != "ready":
+        return JSONResponse(body.model_dump(exclude_none=True), status_code=503)
+    return body
+
+
+def _readiness(state: ServerState) -> ReadyOut:
     if state.pipeline is None:
-        status = "failed" if state.load_error else "loading"
-        body = ReadyOut(status=status, error=state.load_error)
-        return JSONResponse(body.model_dump(), status_code=503)
+        return ReadyOut(status="failed" if state.load_error else "loading", error=state.load_error)
     pipeline = state.pipeline
     try:
         pipeline.engine.check_health()
     except EngineUnavailableError as exc:
-        body = ReadyOut(status="failed", error=str(exc))
-        return JSONResponse(body.model_dump(), status_code=503)
+        return ReadyOut(status="failed", error=str(exc))
     return ReadyOut(
         status="ready",
         model=pipeline.engine.model_name,

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Response
 
 from rag.server.auth import Role
-from rag.server.review_schemas import KeyIn, KeyOut, NewKeyOut
+from rag.server.review_schemas import KEY_NAME_PATTERN, KeyIn, KeyOut, NewKeyOut
+from rag.server.schemas import ErrorOut
 from rag.server.state import KeysDep
 
 router = APIRouter(prefix="/v1/keys", tags=["keys"])
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut} for code in (400, 401, 403, 404, 422, 503)
+}
 
 
-@router.post("", response_model=NewKeyOut, status_code=201)
+@router.post("", response_model=NewKeyOut, status_code=201, responses=_ERRORS)
 def create_key(body: KeyIn, keys: KeysDep) -> NewKeyOut:
     """A new key; the response is the only time it is shown."""
     key = keys.create(body.name, Role(body.role))
@@ -19,7 +25,7 @@ def create_key(body: KeyIn, keys: KeysDep) -> NewKeyOut:
     return NewKeyOut(name=info.name, role=info.role.value, created_at=info.created_at, key=key)
 
 
-@router.get("", response_model=list[KeyOut])
+@router.get("", response_model=list[KeyOut], responses=_ERRORS)
 def list_keys(keys: KeysDep) -> list[KeyOut]:
     """Names and roles (never the keys)."""
     return [
@@ -27,7 +33,9 @@ def list_keys(keys: KeysDep) -> list[KeyOut]:
     ]
 
 
-@router.delete("/{name}", status_code=204)
-def revoke_key(name: str, keys: KeysDep) -> Response:
+@router.delete("/{name}", status_code=204, responses=_ERRORS)
+def revoke_key(
+    name: Annotated[str, Path(max_length=64, pattern=KEY_NAME_PATTERN)], keys: KeysDep
+) -> Response:
     keys.revoke(name)
     return Response(status_code=204)

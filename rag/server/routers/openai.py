@@ -234,6 +234,7 @@ def _sampling(
         presence_penalty=body.presence_penalty or 0.0,
         frequency_penalty=body.frequency_penalty or 0.0,
         logprobs=logprobs,
+        ignore_eos=body.ignore_eos,
     )
 
 

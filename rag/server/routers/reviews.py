@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
 
 from guards.review import Action, ReviewItem, ReviewStore, Status, queue_stats
+from rag.errors import InvalidInputError
 from rag.server.auth import Principal, Role, require
 from rag.server.review_schemas import (
     ClaimIn,
@@ -22,14 +23,14 @@ from rag.server.review_schemas import (
     ReviewOut,
     StatsOut,
 )
-from rag.server.schemas import ErrorOut
-from rag.server.state import ReviewsDep
+from rag.server.schemas import MAX_OFFSET, ErrorOut
+from rag.server.state import KeysDep, ReviewsDep
 
 router = APIRouter(prefix="/v1/reviews", tags=["reviews"])
 Reviewer = Annotated[Principal, Depends(require(Role.REVIEWER))]
 Admin = Annotated[Principal, Depends(require(Role.ADMIN))]
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorOut} for code in (401, 403, 404, 409, 422)
+    code: {"model": ErrorOut} for code in (400, 401, 403, 404, 409, 422, 503)
 }
 _EXPORT_PAGE = 500
 
@@ -61,7 +62,7 @@ def list_reviews(
         float | None, Query(ge=0, description="queued at most this long ago")
     ] = None,
     overdue: Annotated[bool | None, Query(description="past the deadline and still open")] = None,
-    offset: Annotated[int, Query(ge=0, le=2**31)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> ReviewList:
     """Items matching every filter: open ones most urgent first, resolved ones newest first."""
@@ -99,7 +100,10 @@ def review_stats(store: ReviewsDep, who: Reviewer) -> StatsOut:
     return StatsOut.from_stats(queue_stats(store), show_gold=who.role is Role.ADMIN)
 
 
-@router.get("/export", responses={200: {"content": {"application/x-ndjson": {}, "text/csv": {}}}})
+@router.get(
+    "/export",
+    responses={**_ERRORS, 200: {"content": {"application/x-ndjson": {}, "text/csv": {}}}},
+)
 def export_reviews(
     store: ReviewsDep,
     who: Reviewer,
@@ -156,7 +160,7 @@ def to_csv(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
 def claim_next(store: ReviewsDep, who: Reviewer, body: ClaimIn | None = None) -> ReviewOut | None:
     """Claim the most urgent claimable item; null when the queue is empty."""
     ttl = body.ttl_s if body else None
-    item = store.claim_next(who.name, ttl_s=ttl)
+    item = store.claim_next(who.name, ttl_s=ttl, is_admin=who.role is Role.ADMIN)
     return None if item is None else _out(store, item, who, audit=True)
 
 
@@ -195,9 +199,10 @@ def get_review(item_id: str, store: ReviewsDep, who: Reviewer) -> ReviewOut:
 @router.post("/{item_id}/claim", response_model=ReviewOut, responses=_ERRORS)
 def claim(item_id: str, store: ReviewsDep, who: Reviewer, body: ClaimIn | None = None) -> ReviewOut:
     """Reserve the item until the claim expires; claiming again renews it. 409 when another
-    reviewer holds it or it is resolved."""
+    reviewer holds it or it is resolved; 403 when it was escalated away from you (an escalated
+    item goes to the reviewer it names or to an admin, never back to who escalated it)."""
     ttl = body.ttl_s if body else None
-    item = store.claim(item_id, who.name, ttl_s=ttl)
+    item = store.claim(item_id, who.name, ttl_s=ttl, is_admin=who.role is Role.ADMIN)
     return _out(store, item, who, audit=True)
 
 
@@ -209,15 +214,24 @@ def release(item_id: str, store: ReviewsDep, who: Reviewer) -> ReviewOut:
 
 
 @router.post("/{item_id}/resolve", response_model=ReviewOut, responses=_ERRORS)
-def resolve(item_id: str, body: ResolveIn, store: ReviewsDep, who: Reviewer) -> ReviewOut:
+def resolve(
+    item_id: str, body: ResolveIn, store: ReviewsDep, keys: KeysDep, who: Reviewer
+) -> ReviewOut:
     """Approve, edit, reject or escalate an item you hold a live claim on. An approved or edited
-    answer is what the same question gets from then on (until the index changes)."""
+    answer is what the same question gets from then on (until the index changes). An escalation
+    goes to ``escalate_to`` (with API keys: the name of a reviewer's or admin's key), else to
+    the admins."""
+    if body.escalate_to and keys.is_enabled:
+        reviewers = {k.name for k in keys.list_keys() if k.role in (Role.REVIEWER, Role.ADMIN)}
+        if body.escalate_to.strip() not in reviewers:
+            raise InvalidInputError(f"no reviewer's key is named {body.escalate_to!r}")
     item = store.resolve(
         item_id,
         who.name,
         Action(body.action),
         edited_answer=body.edited_answer,
         ratings=body.ratings.to_ratings(body.comment),
+        escalate_to=body.escalate_to,
     )
     return _out(store, item, who, audit=True)
 

@@ -1,0 +1,54 @@
+"""The packaged demo collection: where it lives, and building its index on first use."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from rag.collection import CollectionRegistry
+from rag.errors import IndexNotFoundError
+from rag.index import VectorIndex
+from rag.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+DEMO_INDEX = "demo"
+
+
+def demo_collection_path() -> Path:
+    """The packaged demo documents."""
+    return Path(__file__).resolve().parent / "data" / "demo"
+
+
+def builds_demo(settings: Settings) -> bool:
+    """Whether loading with these settings builds the demo index when it is missing."""
+    return settings.build_demo_index and settings.index_name == DEMO_INDEX
+
+
+def ensure_demo_index(collections: CollectionRegistry) -> bool:
+    """Build the demo index from the packaged documents when it is missing or empty (an empty
+    one is what a first start interrupted before its first commit leaves behind)."""
+    collection = collections.get(DEMO_INDEX, create=True)
+    if collection.info().num_documents:
+        return False
+    from rag.documents import load_path
+
+    logger.info("building the demo index from %s", demo_collection_path())
+    collection.ingest(load_path(demo_collection_path()))
+    return True
+
+
+def check_index_exists(settings: Settings) -> None:
+    """Fail at once, before any model loads, when the settings' index is not built (unless it
+    is the demo index, built on first use)."""
+    if builds_demo(settings) or VectorIndex.exists(settings.index_dir / settings.index_name):
+        return
+    folder = settings.index_dir.resolve()
+    built = (
+        sorted(p.name for p in folder.iterdir() if VectorIndex.exists(p)) if folder.is_dir() else []
+    )
+    raise IndexNotFoundError(
+        f"no index {settings.index_name!r} in {folder} (RAGGUARD_INDEX_DIR; relative to the "
+        f"working directory); built there: {', '.join(built) or 'none'}. Build it with "
+        f"`ragguard ingest FOLDER --index {settings.index_name}`, or use index_name='demo'"
+    )
