@@ -108,20 +108,14 @@ class _Remote:
 
     def resolve(self, item_id: str, action: str, edited: str | None, ratings: dict[str, Any],
                 comment: str, escalate_to: str | None = None) -> dict[str, Any]:  # fmt: skip
-        if escalate_to is None:
-            return self.client.resolve_review(
-                item_id, action, edited_answer=edited, ratings=ratings, comment=comment
-            )
-        # The SDK's resolve_review does not take escalate_to yet: the same request, one more field.
-        from dataclasses import replace
-
-        from rag.client_requests import _resolve_review
-
-        request = _resolve_review(item_id, action, edited, ratings, comment)
-        result: dict[str, Any] = self.client._send(
-            replace(request, json={**(request.json or {}), "escalate_to": escalate_to})
+        return self.client.resolve_review(
+            item_id,
+            action,
+            edited_answer=edited,
+            ratings=ratings,
+            comment=comment,
+            escalate_to=escalate_to,
         )
-        return result
 
     def export(self, fmt: str, status: str | None) -> str:
         return self.client.export_reviews(format=fmt, status=status)

@@ -157,9 +157,11 @@ class Client:
         edited_answer: str | None = None,
         ratings: dict[str, int | None] | None = None,
         comment: str = "",
+        escalate_to: str | None = None,
     ) -> dict[str, Any]:
-        """approve, edit (with ``edited_answer``), reject or escalate a claimed item."""
-        request = _resolve_review(review_id, action, edited_answer, ratings, comment)
+        """approve, edit (with ``edited_answer``), reject or escalate a claimed item; an
+        escalation goes to ``escalate_to`` (a reviewer's name), else to the admins."""
+        request = _resolve_review(review_id, action, edited_answer, ratings, comment, escalate_to)
         result: dict[str, Any] = self._send(request)
         return result
 
@@ -282,8 +284,9 @@ class AsyncClient:
         edited_answer: str | None = None,
         ratings: dict[str, int | None] | None = None,
         comment: str = "",
+        escalate_to: str | None = None,
     ) -> dict[str, Any]:
-        request = _resolve_review(review_id, action, edited_answer, ratings, comment)
+        request = _resolve_review(review_id, action, edited_answer, ratings, comment, escalate_to)
         result: dict[str, Any] = await self._send(request)
         return result
 

@@ -202,8 +202,11 @@ def _resolve_review(
     edited_answer: str | None,
     ratings: dict[str, int | None] | None,
     comment: str,
+    escalate_to: str | None = None,
 ) -> _Request:
     body = {"action": action, "edited_answer": edited_answer, "ratings": ratings or {}}
+    if escalate_to is not None:
+        body["escalate_to"] = escalate_to
     return _Request("POST", _review_path(review_id, "resolve"), json={**body, "comment": comment})
 
 

@@ -21,6 +21,7 @@ from rag.errors import (
     DocumentNotFoundError,
     IndexNotFoundError,
     InvalidInputError,
+    RagGuardError,
     UnsupportedFileTypeError,
 )
 from rag.server import create_app
@@ -149,3 +150,25 @@ def test_async_client_reviews_through_the_app(demo_pipeline) -> None:  # type: i
     assert next(r for r in rows if r["id"] == first)["ratings"][0]["relevance"] == 3
     table = list(csv.DictReader(io.StringIO(csv_text)))
     assert [(r["id"], r["edited_answer"]) for r in table] == [(second, "No [1].")]
+
+
+def test_the_sdk_escalates_to_a_named_reviewer(demo_pipeline) -> None:  # type: ignore[no-untyped-def]
+    app = create_app(pipeline=demo_pipeline)
+    with TestClient(app):
+        item = app.state.ragguard.reviews.add(NewItem("three?", "Maybe.", index_name="demo")).id
+
+        async def run() -> None:
+            transport = httpx.ASGITransport(app=app)
+            async with (
+                AsyncClient("http://127.0.0.1", reviewer="ann", transport=transport) as ann,
+                AsyncClient("http://127.0.0.1", reviewer="bob", transport=transport) as bob,
+            ):
+                await ann.claim_review(item)
+                sent = await ann.resolve_review(item, "escalate", escalate_to="bob")
+                assert sent["escalated_by"] == "ann" and sent["escalated_to"] == "bob"
+                with pytest.raises(RagGuardError, match="escalated"):
+                    await ann.claim_review(item)
+                assert (await bob.claim_review(item) or {})["assignee"] == "bob"
+                assert (await bob.get_review(item))["escalated_to"] == "bob"
+
+        asyncio.run(run())

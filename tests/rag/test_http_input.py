@@ -217,7 +217,9 @@ def test_a_body_that_is_not_utf8_is_a_400(client: TestClient, body: bytes) -> No
         assert_refused(response, 400, "invalid_encoding")
         assert "UTF-8" in response.json()["detail"]
     openai_error = client.post("/v1/chat/completions", content=body, headers=JSON)
-    assert openai_error.status_code == 400 and "error" in openai_error.json()
+    assert openai_error.status_code == 400
+    assert openai_error.json()["error"]["code"] == "invalid_encoding"
+    assert "UTF-8" in openai_error.json()["error"]["message"]
 
 
 def test_the_400_is_documented(openapi: dict[str, Any]) -> None:

@@ -95,6 +95,8 @@ class _Failure:
 
 def _failure(request: Request, exc: Exception) -> _Failure:
     """What to answer for ``exc``, in OpenAI's terms."""
+    if isinstance(exc, StarletteHTTPException) and isinstance(exc.__cause__, RagGuardError):
+        exc = exc.__cause__  # ours, met while FastAPI read the body (a body that is not UTF-8)
     if isinstance(exc, OpenAIAPIError):
         detail = OpenAIErrorDetail(
             message=str(exc), type=exc.error_type, param=exc.param, code=exc.code
