@@ -1,11 +1,16 @@
-"""Ingestion throughput: ``Collection.ingest`` against a bare ``SentenceTransformer.encode``.
+"""Ingestion throughput: ``Collection.ingest`` against a bare ``SentenceTransformer.encode``,
+and what committing in small groups costs against one commit per 4,096 chunks.
 
-Both sides see exactly the same chunk texts (real MuSiQue passages, chunked beforehand with the
+Every side sees exactly the same chunk texts (real MuSiQue passages, chunked beforehand with the
 collection's own chunker). Ours additionally chunks, writes SQLite rows and updates and persists
-FAISS; the overhead is what that costs on top of embedding. The two are run alternately, in
-swapped order on every repeat, so that drifting machine load hits both alike.
+FAISS; the overhead is what that costs on top of embedding. Ours runs twice per repeat: with the
+default commit groups (``RAGGUARD_INGEST_GROUP_CHUNKS`` / ``_S``, so a crash loses little) and
+with the earlier policy (one commit per 4,096 chunks). The three runs rotate their order on every
+repeat, so that drifting machine load hits all alike. ``--prefill N`` first fills each index with
+N random vectors: every commit rewrites the whole FAISS file, so commits cost more in a big index.
 
     python benchmarks/ingest.py --num-docs 1000 --repeats 3
+    python benchmarks/ingest.py --num-docs 1890 --repeats 3 --prefill 100000
 
 The last line of stdout is one JSON object with every figure.
 """
@@ -14,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
+import shutil
 import statistics
 import sys
 import tempfile
@@ -26,15 +33,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
-from rag.collection import CollectionRegistry
-from rag.documents import Chunker, Document
+from rag.collection import CollectionRegistry, CommitPolicy
+from rag.documents import Chunk, Chunker, Document
 from rag.embed import Embedder
+from rag.settings import Settings
 
 SEED = 0
 BASELINE_BATCH_SIZE = 64
 TARGET_OVERHEAD = 0.15
+TARGET_GROUPING_OVERHEAD = 0.05
+PREVIOUS_POLICY = CommitPolicy(max_chunks=4096, max_seconds=math.inf, max_commit_share=0.0)
+"""Before commit groups were bounded: one commit per 4,096 chunks, however long they took."""
 CORPUS_FILE = Path("hipporag_multihop_subsets") / "musique_train_corpus.json"
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -48,6 +60,9 @@ class OursRun:
     embed_s: float
     write_s: float
     num_chunks: int
+    num_commits: int
+    model_tokens: int
+    """Tokens the model ran on, padding included: the work, free of the machine's noise."""
 
     @property
     def other_s(self) -> float:
@@ -63,11 +78,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--index-type", choices=("flat", "hnsw"), default="flat")
     parser.add_argument(
+        "--prefill", type=int, default=0, help="random vectors already in the index (default 0)"
+    )
+    parser.add_argument(
         "--torch-threads", type=int, default=None, help="torch intra-op threads (default: cores)"
     )
     args = parser.parse_args(argv)
-    if args.num_docs < 1 or args.repeats < 1:
-        parser.error("--num-docs and --repeats must be at least 1")
+    if args.num_docs < 1 or args.repeats < 1 or args.prefill < 0:
+        parser.error("--num-docs and --repeats must be at least 1, --prefill at least 0")
     return args
 
 
@@ -87,16 +105,23 @@ def load_documents(data_dir: Path, num_docs: int) -> list[Document]:
 
 
 @contextmanager
-def timed_method(obj: Any, name: str, totals: dict[str, float]) -> Iterator[None]:
-    """Accumulate the wall time of ``obj.name`` calls in ``totals[name]`` (instance-level patch)."""
+def timed_method(
+    obj: Any, name: str, totals: dict[str, float], first_args: list[Any] | None = None
+) -> Iterator[None]:
+    """Accumulate the wall time of ``obj.name`` calls in ``totals[name]`` and their number in
+    ``totals[name + "#calls"]`` (instance-level patch); collect their first arguments in
+    ``first_args`` if given."""
     original: Callable[..., Any] = getattr(obj, name)
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if first_args is not None:
+            first_args.append(args[0])
         started = time.perf_counter()
         try:
             return original(*args, **kwargs)
         finally:
             totals[name] = totals.get(name, 0.0) + time.perf_counter() - started
+            totals[name + "#calls"] = totals.get(name + "#calls", 0) + 1
 
     setattr(obj, name, wrapper)
     try:
@@ -105,12 +130,44 @@ def timed_method(obj: Any, name: str, totals: dict[str, float]) -> Iterator[None
         delattr(obj, name)  # the class attribute shows through again
 
 
-def run_ours(embedder: Embedder, docs: list[Document], index_type: str) -> OursRun:
-    """Ingest ``docs`` into a fresh collection in a temporary folder, timing each stage."""
+def build_template(embedder: Embedder, root: Path, index_type: str, prefill: int) -> Path | None:
+    """An index holding ``prefill`` random unit vectors, copied before each run; None for 0."""
+    if prefill == 0:
+        return None
+    registry = CollectionRegistry(root, embedder, index_type=index_type)
+    index = registry.get("bench", create=True).index
+    rng = np.random.default_rng(SEED)
+    for start in range(0, prefill, 10_000):
+        count = min(10_000, prefill - start)
+        vectors = rng.standard_normal((count, embedder.dimension)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        upserts = []
+        for i, vector in enumerate(vectors, start):
+            doc = Document(f"prefill {i}", f"prefill {i}")
+            upserts.append((doc, [Chunk(f"{doc.doc_id}#0", doc.doc_id, 0, doc.text)], vector[None]))
+        index.write(upserts)
+    registry.close()
+    return root / "bench"
+
+
+def run_ours(
+    embedder: Embedder,
+    docs: list[Document],
+    index_type: str,
+    policy: CommitPolicy,
+    template: Path | None,
+) -> OursRun:
+    """Ingest ``docs`` into a fresh collection (a copy of ``template`` if given) in a temporary
+    folder under ``policy``, timing each stage."""
     with tempfile.TemporaryDirectory(prefix="ragguard-bench-") as tmp:
-        registry = CollectionRegistry(Path(tmp), embedder, index_type=index_type)
+        if template is not None:
+            shutil.copytree(template, Path(tmp) / "bench")
+        registry = CollectionRegistry(
+            Path(tmp), embedder, index_type=index_type, commit_policy=policy
+        )
         totals: dict[str, float] = {}
-        with timed_method(embedder, "embed", totals):
+        batches: list[list[str]] = []
+        with timed_method(embedder, "embed", totals, batches):
             started = time.perf_counter()
             collection = registry.get("bench", create=True)
             with (
@@ -126,7 +183,24 @@ def run_ours(embedder: Embedder, docs: list[Document], index_type: str) -> OursR
         embed_s=totals.get("embed", 0.0),
         write_s=totals.get("write", 0.0),
         num_chunks=report.num_chunks,
+        num_commits=int(totals.get("write#calls", 0)),
+        model_tokens=sum(len(b) * max(map(token_count(embedder), b)) for b in batches if b),
     )
+
+
+_TOKEN_COUNTS: dict[str, int] = {}
+
+
+def token_count(embedder: Embedder) -> Callable[[str], int]:
+    """Tokens the model runs on for one text (special tokens included, truncated), cached."""
+
+    def count(text: str) -> int:
+        if text not in _TOKEN_COUNTS:
+            tokens = len(embedder.tokenize(text)) + 2
+            _TOKEN_COUNTS[text] = min(tokens, embedder.max_seq_length)
+        return _TOKEN_COUNTS[text]
+
+    return count
 
 
 def run_baseline(embedder: Embedder, chunk_texts: list[str]) -> float:
@@ -149,20 +223,15 @@ def chunk_texts_of(embedder: Embedder, docs: list[Document], index_type: str) ->
 
 
 def padded_tokens(embedder: Embedder, chunk_texts: list[str]) -> dict[str, int]:
-    """Tokens the model runs on, padding included, in batches of 64.
-
-    Both sides sort the texts longest-first by characters before batching (sentence-transformers
-    inside ``encode``; ``Collection`` per commit group, which is the whole set at this size), so
-    both pad alike; ``padded / real`` shows what the padding costs.
-    """
-    lengths = [min(len(embedder.tokenize(t)) + 2, embedder.max_seq_length) for t in chunk_texts]
-    order = sorted(range(len(chunk_texts)), key=lambda i: -len(chunk_texts[i]))
-    batches = (
-        order[i : i + BASELINE_BATCH_SIZE] for i in range(0, len(order), BASELINE_BATCH_SIZE)
-    )
+    """Tokens the baseline's model runs on, with padding (``encode`` sorts the texts longest-first
+    by characters and batches them by 64) and without."""
+    count = token_count(embedder)
+    ordered = sorted(chunk_texts, key=lambda t: -len(t))
+    size = BASELINE_BATCH_SIZE
+    batches = [ordered[i : i + size] for i in range(0, len(ordered), size)]
     return {
-        "real": sum(lengths),
-        "padded": sum(len(b) * max(lengths[i] for i in b) for b in batches),
+        "real": sum(map(count, chunk_texts)),
+        "padded": sum(len(b) * max(map(count, b)) for b in batches),
     }
 
 
@@ -175,13 +244,28 @@ def format_table(headers: list[str], rows: list[list[str]]) -> str:
     )
 
 
-def summarise(ours: list[OursRun], baseline_s: list[float], num_chunks: int) -> dict[str, Any]:
-    """Medians and overheads; the headline overhead pairs each repeat's two runs."""
+def summarise(
+    ours: list[OursRun], previous: list[OursRun], baseline_s: list[float], num_chunks: int
+) -> dict[str, Any]:
+    """Medians and overheads; each headline overhead pairs the runs of one repeat."""
     ours_s = statistics.median(r.total_s for r in ours)
+    previous_s = statistics.median(r.total_s for r in previous)
     base_s = statistics.median(baseline_s)
     paired = [o.total_s / b - 1 for o, b in zip(ours, baseline_s, strict=True)]
     overhead = statistics.median(paired)
+    grouping = [o.total_s / p.total_s - 1 for o, p in zip(ours, previous, strict=True)]
     return {
+        "previous_s": previous_s,
+        "ours_commits": statistics.median(r.num_commits for r in ours),
+        "previous_commits": statistics.median(r.num_commits for r in previous),
+        "grouping_overhead": statistics.median(grouping),
+        "grouping_overhead_of_medians": ours_s / previous_s - 1,
+        "grouping_overhead_per_repeat": grouping,
+        "meets_grouping_target": statistics.median(grouping) <= TARGET_GROUPING_OVERHEAD,
+        "ours_write_s": round(statistics.median(r.write_s for r in ours), 2),
+        "ours_model_tokens": statistics.median(r.model_tokens for r in ours),
+        "previous_model_tokens": statistics.median(r.model_tokens for r in previous),
+        "previous_write_s": round(statistics.median(r.write_s for r in previous), 2),
         "ours_s": ours_s,
         "baseline_s": base_s,
         "ours_chunks_per_s": num_chunks / ours_s,
@@ -209,16 +293,30 @@ def print_report(
     """The human-readable part of the output."""
     print(
         f"\nIngestion: {num_docs} MuSiQue passages -> {num_chunks} chunks, "
-        f"median of {args.repeats} repeat(s), index {args.index_type}\n"
+        f"median of {args.repeats} repeat(s), index {args.index_type}, "
+        f"{args.prefill} vectors in the index before\n"
     )
+
+    def row(name: str, key: str) -> list[str]:
+        work = [s.get(f"{key}_{k}", "") for k in ("commits", "write_s", "model_tokens")]
+        return [name, f"{s[key + '_s']:.2f}", f"{num_chunks / s[key + '_s']:.1f}", *map(str, work)]
+
     rows = [
-        ["ours (Collection.ingest)", f"{s['ours_s']:.2f}", f"{s['ours_chunks_per_s']:.1f}"],
-        ["baseline (model.encode)", f"{s['baseline_s']:.2f}", f"{s['baseline_chunks_per_s']:.1f}"],
+        row("ours, commit groups (default)", "ours"),
+        row("ours, one commit per 4,096 chunks", "previous"),
     ]
-    print(format_table(["", "time s", "chunks/s"], rows))
+    rows.append([*row("baseline (model.encode)", "baseline")[:-1], str(tokens["padded"])])
+    print(format_table(["", "time s", "chunks/s", "commits", "commit s", "model tokens"], rows))
+    verdict = "meets" if s["meets_grouping_target"] else "MISSES"
+    print(
+        f"\ncommit groups vs one commit per 4,096 chunks (median of paired repeats): "
+        f"{s['grouping_overhead']:+.1%} ({verdict} the {TARGET_GROUPING_OVERHEAD:.0%} target); "
+        f"ratio of medians: {s['grouping_overhead_of_medians']:+.1%}; per repeat: "
+        + ", ".join(f"{x:+.1%}" for x in s["grouping_overhead_per_repeat"])
+    )
     verdict = "meets" if s["meets_target"] else "MISSES"
     print(
-        f"\noverhead (median of paired repeats): {s['overhead']:+.1%}  "
+        f"overhead over bare embedding (median of paired repeats): {s['overhead']:+.1%}  "
         f"({verdict} the {TARGET_OVERHEAD:.0%} target); "
         f"ratio of medians: {s['overhead_of_medians']:+.1%}"
     )
@@ -241,21 +339,30 @@ def main(argv: list[str] | None = None) -> None:
     embedder = Embedder()
     chunk_texts = chunk_texts_of(embedder, docs, args.index_type)
     embedder.embed(chunk_texts[:BASELINE_BATCH_SIZE], batch_size=BASELINE_BATCH_SIZE)  # warm-up
+    defaults = CommitPolicy.from_settings(Settings(_env_file=None))
     load_1m = os.getloadavg()[0]
     ours: list[OursRun] = []
+    previous: list[OursRun] = []
     baseline_s: list[float] = []
-    for repeat in range(args.repeats):
-        if repeat % 2 == 0:
-            ours.append(run_ours(embedder, docs, args.index_type))
-            baseline_s.append(run_baseline(embedder, chunk_texts))
-        else:
-            baseline_s.append(run_baseline(embedder, chunk_texts))
-            ours.append(run_ours(embedder, docs, args.index_type))
-        if ours[-1].num_chunks != len(chunk_texts):
-            sys.exit(
-                f"error: ingestion made {ours[-1].num_chunks} chunks, expected {len(chunk_texts)}"
-            )
-    summary = summarise(ours, baseline_s, len(chunk_texts))
+    with tempfile.TemporaryDirectory(prefix="ragguard-bench-template-") as tmp:
+        template = build_template(embedder, Path(tmp), args.index_type, args.prefill)
+        runs: list[Callable[[], None]] = [
+            lambda: ours.append(run_ours(embedder, docs, args.index_type, defaults, template)),
+            lambda: previous.append(
+                run_ours(embedder, docs, args.index_type, PREVIOUS_POLICY, template)
+            ),
+            lambda: baseline_s.append(run_baseline(embedder, chunk_texts)),
+        ]
+        for repeat in range(args.repeats):
+            for i in range(len(runs)):
+                runs[(repeat + i) % len(runs)]()
+            for run in (ours[-1], previous[-1]):
+                if run.num_chunks != len(chunk_texts):
+                    sys.exit(
+                        f"error: ingestion made {run.num_chunks} chunks, "
+                        f"expected {len(chunk_texts)}"
+                    )
+    summary = summarise(ours, previous, baseline_s, len(chunk_texts))
     tokens = padded_tokens(embedder, chunk_texts)
     print_report(args, len(docs), len(chunk_texts), summary, tokens)
     record = {
@@ -264,13 +371,18 @@ def main(argv: list[str] | None = None) -> None:
         "num_chunks": len(chunk_texts),
         "repeats": args.repeats,
         "index_type": args.index_type,
+        "prefill": args.prefill,
+        "commit_policy": asdict(defaults),
+        "previous_commit_policy": {**asdict(PREVIOUS_POLICY), "max_seconds": "inf"},
         "embedding_model": embedder.model_id,
         "batch_size": BASELINE_BATCH_SIZE,
         **summary,
         "padded_tokens": tokens,
         "ours_runs": [asdict(r) for r in ours],
+        "previous_runs": [asdict(r) for r in previous],
         "baseline_runs_s": baseline_s,
         "target_overhead": TARGET_OVERHEAD,
+        "target_grouping_overhead": TARGET_GROUPING_OVERHEAD,
         "torch_threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
         "loadavg_1m_at_start": load_1m,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -15,16 +16,25 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write a temporary file, fsync it, rename it over ``path``: readers see old or new."""
+def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
+    """``write`` fills a temporary file (given its path), which is fsynced and renamed over
+    ``path``: readers see the old file or the new one, never part of one."""
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        write(Path(tmp))
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
         fsync_dir(path.parent)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see ``atomic_write``)."""
+    atomic_write(path, lambda tmp: tmp.write_bytes(data))

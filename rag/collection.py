@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import re
 import threading
 import time
@@ -40,14 +39,14 @@ def check_index_name(name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class CommitPolicy:
-    """When ingestion commits. Documents are embedded in groups, each written in one atomic commit
-    (SQLite rows and the FAISS file of the new generation), so a crash loses at most the group in
-    progress, and a rerun skips the documents already committed.
+    """When ingestion commits. Documents are embedded a batch at a time and committed in groups,
+    each one atomic write (SQLite rows and the FAISS file of the new generation): a crash loses
+    at most the group in progress, and a rerun skips the documents already committed.
 
-    A group closes at ``max_chunks`` chunks or after about ``max_seconds`` of embedding (estimated
-    from the pace so far), whichever comes first. Every commit rewrites the whole FAISS file,
-    which grows with the index; so a group is made long enough for its commit to take at most
-    ``max_commit_share`` of its time, judged by the previous commit.
+    A group is committed once it holds ``max_chunks`` chunks or took ``max_seconds`` to embed,
+    whichever comes first. Every commit rewrites the whole FAISS file, which grows with the
+    index; so a group also waits until its commit costs at most ``max_commit_share`` of its
+    embedding time, judged by the previous commit.
     """
 
     max_chunks: int = 1024
@@ -69,36 +68,12 @@ class CommitPolicy:
             settings.ingest_max_commit_share,
         )
 
-
-class GroupSizer:
-    """Says when the commit group being filled is full under a ``CommitPolicy``. Its embedding
-    time is estimated from its characters and the pace of the groups before (characters per
-    second vary less than chunks per second); the first group, at an unknown pace, is
-    ``min_chunks`` long. The time bound never makes a group shorter than ``min_chunks``."""
-
-    def __init__(self, policy: CommitPolicy, min_chunks: int):
-        self.policy = policy
-        self.min_chunks = min(policy.max_chunks, max(1, min_chunks))
-        self._chars_per_s: float | None = None
-        self._last_commit_s = 0.0
-
-    def is_full(self, num_chunks: int, num_chars: int) -> bool:
-        policy = self.policy
-        if self._chars_per_s is None:
-            timed = math.isfinite(policy.max_seconds)
-            return num_chunks >= (self.min_chunks if timed else policy.max_chunks)
-        seconds = num_chars / self._chars_per_s
-        if policy.max_commit_share > 0 and seconds * policy.max_commit_share < self._last_commit_s:
-            return False  # too short for what committing it costs
-        if num_chunks >= policy.max_chunks:
-            return True
-        return num_chunks >= self.min_chunks and seconds >= policy.max_seconds
-
-    def observe(self, num_chars: int, embed_s: float, commit_s: float) -> None:
-        """Record a committed group: its characters, its embedding time and its commit time."""
-        if num_chars > 0 and embed_s > 0:
-            self._chars_per_s = num_chars / embed_s
-        self._last_commit_s = commit_s
+    def is_due(self, num_chunks: int, embed_s: float, last_commit_s: float) -> bool:
+        """Whether to commit a group of ``num_chunks`` chunks that took ``embed_s`` to embed,
+        when the previous commit took ``last_commit_s`` (0 before the first)."""
+        if self.max_commit_share > 0 and embed_s * self.max_commit_share < last_commit_s:
+            return False
+        return num_chunks >= self.max_chunks or embed_s >= self.max_seconds
 
 
 @dataclass(slots=True)
@@ -149,11 +124,11 @@ class Collection:
     ) -> IngestReport:
         """Add new documents, replace changed ones, skip unchanged ones.
 
-        Chunks are embedded in batches and committed in groups (``commit``, by default the
-        collection's ``commit_policy``); each group is one atomic write, so an interrupted
-        ingestion keeps the groups before it and running it again skips them.
+        Chunks are embedded in batches and committed in groups of documents (``commit``, by
+        default the collection's ``commit_policy``); each group is one atomic write, so an
+        interrupted ingestion keeps the groups before it and running it again skips them.
         """
-        started = time.perf_counter()
+        started_all = time.perf_counter()
         report = IngestReport()
         latest = {doc.doc_id: doc for doc in documents}  # a repeated id: the last one wins
         pending: list[tuple[Document, list[Chunk]]] = []
@@ -166,47 +141,57 @@ class Collection:
             pending.append((doc, self.chunker.split(doc)))
         total = sum(len(chunks) for _, chunks in pending)
         report.num_chunks = total
-        # Documents of similar lengths go together: each group's chunks are sorted by length
-        # before batching, so its batches pad as little as if everything were sorted at once.
+        # Documents with chunks of similar lengths go together: each embedding batch then holds
+        # chunks of similar lengths and pads little, as if all the chunks were sorted at once.
         pending.sort(key=lambda item: -max((len(c.text) for c in item[1]), default=0))
-        sizer = GroupSizer(commit or self.commit_policy, self.embed_batch_size)
+        policy = commit or self.commit_policy
         with tqdm(
             total=total, unit="chunk", desc=f"embedding into {self.name}", disable=not show_progress
         ) as bar:
             group: list[tuple[Document, list[Chunk]]] = []
-            num_chunks = num_chars = 0
-            for position, item in enumerate(pending):
-                group.append(item)
-                num_chunks += len(item[1])
-                num_chars += sum(len(c.text) for c in item[1])
-                if sizer.is_full(num_chunks, num_chars) or position == len(pending) - 1:
-                    sizer.observe(num_chars, *self._embed_and_write(group, bar))
-                    group, num_chunks, num_chars = [], 0, 0
-        report.elapsed_s = time.perf_counter() - started
+            waiting: list[Chunk] = []  # chunks of the group not embedded yet
+            vectors: dict[Chunk, np.ndarray] = {}
+            embed_s = last_commit_s = 0.0
+            for position, (doc, chunks) in enumerate(pending):
+                group.append((doc, chunks))
+                waiting += chunks
+                # The group's embedding time, counting the chunks waiting at the pace so far.
+                done = len(vectors)
+                estimate_s = embed_s * (done + len(waiting)) / done if done else 0.0
+                due = position == len(pending) - 1 or policy.is_due(
+                    done + len(waiting), estimate_s, last_commit_s
+                )
+                # The longest waiting chunks, a batch at a time, from at least four batches'
+                # worth (so that short last chunks of documents are batched together); every
+                # waiting chunk before a commit.
+                while waiting and (due or len(waiting) >= 4 * self.embed_batch_size):
+                    embed_s += self._embed_longest(waiting, vectors, bar)
+                if due:
+                    upserts = [(d, c, self._stack(c, vectors)) for d, c in group]
+                    started = time.perf_counter()
+                    self.index.write(upserts)
+                    last_commit_s = time.perf_counter() - started
+                    group, embed_s = [], 0.0
+        report.elapsed_s = time.perf_counter() - started_all
         return report
 
-    def _embed_and_write(
-        self, group: list[tuple[Document, list[Chunk]]], bar: tqdm
-    ) -> tuple[float, float]:
-        """Embed and commit one group: (seconds embedding, seconds committing)."""
+    def _embed_longest(
+        self, waiting: list[Chunk], vectors: dict[Chunk, np.ndarray], bar: tqdm
+    ) -> float:
+        """Embed (and remove) the longest ``embed_batch_size`` chunks waiting; seconds taken."""
         started = time.perf_counter()
-        texts = [chunk.text for _, chunks in group for chunk in chunks]
-        # Embed longest-first so each batch pads to similar lengths (as a single
-        # sentence-transformers call would), while the progress bar still advances per batch.
-        order = np.argsort([-len(t) for t in texts], kind="stable")
-        matrix = np.zeros((len(texts), self.embedder.dimension), np.float32)
-        for start in range(0, len(texts), self.embed_batch_size):
-            rows = order[start : start + self.embed_batch_size]
-            batch = [texts[i] for i in rows]
-            matrix[rows] = self.embedder.embed(batch, batch_size=self.embed_batch_size)
-            bar.update(len(batch))
-        upserts, offset = [], 0
-        for doc, chunks in group:
-            upserts.append((doc, chunks, matrix[offset : offset + len(chunks)]))
-            offset += len(chunks)
-        embedded = time.perf_counter()
-        self.index.write(upserts)
-        return embedded - started, time.perf_counter() - embedded
+        waiting.sort(key=lambda chunk: -len(chunk.text))
+        batch = waiting[: self.embed_batch_size]
+        del waiting[: self.embed_batch_size]
+        texts = [chunk.text for chunk in batch]
+        vectors.update(zip(batch, self.embedder.embed(texts, batch_size=len(batch)), strict=True))
+        bar.update(len(batch))
+        return time.perf_counter() - started
+
+    def _stack(self, chunks: list[Chunk], vectors: dict[Chunk, np.ndarray]) -> np.ndarray:
+        if not chunks:
+            return np.zeros((0, self.embedder.dimension), np.float32)
+        return np.stack([vectors.pop(chunk) for chunk in chunks])
 
     def delete(self, doc_id: str) -> None:
         """Delete a document and its chunks."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from rag.atomic import atomic_write_bytes
+from rag.atomic import atomic_write
 from rag.errors import MissingDependencyError
 
 logger = logging.getLogger(__name__)
@@ -104,7 +104,8 @@ class FaissStore:
         faiss = import_faiss()
 
         current = self.file(generation)
-        atomic_write_bytes(current, faiss.serialize_index(self._index).tobytes())
+        # Straight to the file: serialising to bytes first copies the index twice in memory.
+        atomic_write(current, lambda tmp: faiss.write_index(self._index, str(tmp)))
         for stale in self.folder.glob("vectors-*.faiss"):
             if stale.name != current.name:
                 stale.unlink(missing_ok=True)

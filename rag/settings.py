@@ -79,13 +79,14 @@ class Settings(BaseSettings):
     ingest_group_chunks: int = Field(
         1024,
         ge=1,
-        description="ingestion commits after at most this many chunks (one atomic group): "
-        "a crash loses at most the group in progress, and a rerun skips committed documents",
+        description="ingestion commits a group of documents once it holds this many chunks "
+        "(or ingest_group_s passed): a crash loses at most the group in progress, and running "
+        "the ingestion again skips the committed documents",
     )
     ingest_group_s: float = Field(
         10.0,
         gt=0,
-        description="... or after about this many seconds of embedding, whichever comes first",
+        description="... or once the group took this many seconds to embed, if sooner",
     )
     ingest_max_commit_share: float = Field(
         0.05,

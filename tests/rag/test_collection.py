@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rag.collection import CollectionRegistry, CommitPolicy, GroupSizer
+from rag.collection import CollectionRegistry, CommitPolicy
 from rag.documents import Document
 from rag.errors import (
     DocumentNotFoundError,
@@ -146,21 +146,17 @@ def test_an_interrupted_ingestion_keeps_its_committed_groups_and_the_rerun_skips
 
 
 def test_commit_groups_are_bounded_by_chunks_by_time_and_by_the_cost_of_a_commit() -> None:
-    sizer = GroupSizer(CommitPolicy(max_chunks=1000, max_seconds=10.0), min_chunks=64)
-    assert not sizer.is_full(63, 10**9) and sizer.is_full(64, 1)  # unknown pace: one batch
-    sizer.observe(6_400, embed_s=2.0, commit_s=0.01)  # 3,200 characters a second
-    assert not sizer.is_full(500, 31_999) and sizer.is_full(500, 32_000)  # 10 s of work
-    assert sizer.is_full(1000, 1_000) and not sizer.is_full(63, 32_000)  # chunks; one batch
-    sizer.observe(32_000, embed_s=10.0, commit_s=1.0)  # a slow commit: 5% of at least 20 s
-    assert not sizer.is_full(1000, 63_999) and sizer.is_full(1000, 64_000)
-    assert not sizer.is_full(5000, 63_999)  # stretched past max_chunks while commits are slow
+    policy = CommitPolicy(max_chunks=1000, max_seconds=10.0, max_commit_share=0.05)
+    assert not policy.is_due(999, embed_s=9.9, last_commit_s=0.0)
+    assert policy.is_due(1000, embed_s=0.1, last_commit_s=0.0)  # enough chunks
+    assert policy.is_due(10, embed_s=10.0, last_commit_s=0.0)  # or enough time
+    # A commit that took 1 s waits for 20 s of embedding (5%), past max_chunks if need be.
+    assert not policy.is_due(5000, embed_s=19.9, last_commit_s=1.0)
+    assert policy.is_due(5000, embed_s=20.0, last_commit_s=1.0)
 
     untimed = CommitPolicy(max_chunks=4096, max_seconds=math.inf, max_commit_share=0.0)
-    sizer = GroupSizer(untimed, min_chunks=64)
-    assert not sizer.is_full(4095, 10**9) and sizer.is_full(4096, 1)
-    sizer.observe(10**6, embed_s=60.0, commit_s=5.0)
-    assert not sizer.is_full(4095, 10**9) and sizer.is_full(4096, 1)
-    assert GroupSizer(CommitPolicy(max_chunks=6), min_chunks=64).is_full(6, 1)
+    assert not untimed.is_due(4095, embed_s=1e9, last_commit_s=100.0)
+    assert untimed.is_due(4096, embed_s=0.0, last_commit_s=100.0)
     with pytest.raises(InvalidInputError, match="commit policy"):
         CommitPolicy(max_chunks=0)
 
@@ -184,3 +180,18 @@ def test_an_index_whose_creation_was_interrupted_is_created_again(tmp_path: Path
     assert reg.get("kb", create=True).ingest([Document("kv", FACTS["kv"])]).added == ["kv"]
     reg.close()
     assert registry(tmp_path, embedder).get("kb").info().num_documents == 1
+
+
+def test_a_group_is_committed_once_it_took_max_seconds_to_embed(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    docs = [
+        Document(f"d{i:02d}", f"Fact number {i:02d} is about topic {i:02d}.") for i in range(12)
+    ]
+    policy = CommitPolicy(max_chunks=1000, max_seconds=1e-9, max_commit_share=0.0)
+    reg = CollectionRegistry(
+        tmp_path, embedder, chunk_size=64, chunk_overlap=8, embed_batch_size=2, commit_policy=policy
+    )
+    collection = reg.get("kb", create=True)
+    assert collection.ingest(docs).num_chunks == 12
+    # Far fewer chunks than max_chunks, but every group that embedded something is due.
+    assert 2 <= collection.info().generation <= 4 and collection.info().num_documents == 12
+    reg.close()

@@ -118,11 +118,10 @@ def test_failure_writing_faiss_after_commit_leaves_a_consistent_index(
 
     index = create(tmp_path / "ix")
     index.write([doc("a", 2, 10)])
-    monkeypatch.setattr(
-        faiss, "serialize_index", lambda _: (_ for _ in ()).throw(OSError("no space"))
-    )
+    monkeypatch.setattr(faiss, "write_index", lambda *_: (_ for _ in ()).throw(OSError("no space")))
     with pytest.raises(OSError, match="no space"):
         index.write([doc("b", 1, 60)])
+    assert not list((tmp_path / "ix").glob("*.tmp"))  # the temporary file went too
     # The database committed generation 2: the in-memory index was rebuilt to match it.
     assert index.search(unit(60), 1)[0].chunk.chunk_id == "b#0"
     monkeypatch.undo()
