@@ -37,6 +37,13 @@ def check_index_name(name: str) -> str:
     return name
 
 
+def built_indexes(index_dir: Path) -> list[str]:
+    """Names of the indexes built under ``index_dir`` (none when it does not exist)."""
+    if not index_dir.is_dir():
+        return []
+    return sorted(p.name for p in index_dir.iterdir() if VectorIndex.exists(p))
+
+
 @dataclass(frozen=True, slots=True)
 class CommitPolicy:
     """When ingestion commits. Documents are embedded a batch at a time and committed in groups,
@@ -242,9 +249,7 @@ class CollectionRegistry:
 
     def names(self) -> list[str]:
         """Names of the indexes built under ``index_dir``."""
-        if not self.index_dir.is_dir():
-            return []
-        return sorted(p.name for p in self.index_dir.iterdir() if VectorIndex.exists(p))
+        return built_indexes(self.index_dir)
 
     def get(self, name: str, *, create: bool = False) -> Collection:
         """Open a collection; with ``create``, build an empty one when absent."""

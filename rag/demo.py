@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from rag.collection import CollectionRegistry
+from rag.collection import CollectionRegistry, built_indexes
 from rag.errors import IndexNotFoundError
 from rag.index import VectorIndex
 from rag.settings import Settings
@@ -44,9 +44,7 @@ def check_index_exists(settings: Settings) -> None:
     if builds_demo(settings) or VectorIndex.exists(settings.index_dir / settings.index_name):
         return
     folder = settings.index_dir.resolve()
-    built = (
-        sorted(p.name for p in folder.iterdir() if VectorIndex.exists(p)) if folder.is_dir() else []
-    )
+    built = built_indexes(folder)
     raise IndexNotFoundError(
         f"no index {settings.index_name!r} in {folder} (RAGGUARD_INDEX_DIR; relative to the "
         f"working directory); built there: {', '.join(built) or 'none'}. Build it with "
