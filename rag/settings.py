@@ -65,6 +65,17 @@ class Settings(BaseSettings):
         description="questions that may wait for a free slot; beyond that the server answers "
         "429 with Retry-After",
     )
+    adaptive_concurrency: bool = Field(
+        True,
+        description="the server finds how many questions at once it can work on without "
+        "slowing each, up to max_concurrent_questions (false: always max_concurrent_questions)",
+    )
+    max_queue_wait_s: float | None = Field(
+        15.0,
+        gt=0,
+        description="a question predicted to wait longer than this for a slot is refused with "
+        "429 and Retry-After. Empty: no bound",
+    )
     shutdown_grace_s: float = Field(
         30.0, ge=0, description="on shutdown, how long in-flight questions may still finish"
     )

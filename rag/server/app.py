@@ -22,6 +22,7 @@ from rag.reviews import open_review_store
 from rag.server import page
 from rag.server.auth import KeyStore, Role, log_protection, require
 from rag.server.disconnect import ClientDisconnected
+from rag.server.loop_lag import start_loop_lag_monitor
 from rag.server.request_log import RequestLog
 from rag.server.routers import ask, documents, health, keys, metrics, openai, reviews
 from rag.server.state import ServerState
@@ -121,9 +122,11 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
             state.telemetry.watch_engine(pipeline.engine.stats)
         # Load in the background so that /healthz and /readyz answer while the model loads.
         task = None if state.pipeline else asyncio.create_task(_load_in_background(state))
+        lag_monitor = start_loop_lag_monitor(state.telemetry.loop_lag.observe)
         try:
             yield
         finally:
+            lag_monitor.cancel()
             if task is not None:
                 task.cancel()
             if not await state.admission.drain(s.shutdown_grace_s):

@@ -38,6 +38,8 @@ class ServerState:
             self.settings.max_concurrent_questions,
             self.settings.max_waiting_questions,
             self.telemetry.load,
+            adaptive=self.settings.adaptive_concurrency,
+            max_queue_wait_s=self.settings.max_queue_wait_s,
         )
 
 

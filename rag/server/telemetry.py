@@ -23,6 +23,7 @@ from rag.types import AskEvent, ResultEvent, TokenEvent
 PREFIX = "ragguard:"
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320)
 _TOKEN_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5, 5)
+_LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
 @dataclass(slots=True)
@@ -31,6 +32,8 @@ class LoadCounts:
 
     running: int = 0
     waiting: int = 0
+    limit: int = 0
+    """Questions that may be at work at once now (the admission's current limit)."""
 
 
 class _EngineCollector(Collector):
@@ -49,6 +52,9 @@ class _EngineCollector(Collector):
             "num_requests_waiting",
             "questions waiting for a slot plus engine sequences waiting to be scheduled",
             load.waiting + engine_waiting,
+        )
+        yield _gauge(
+            "concurrency_limit", "questions that may be at work at once now (adaptive)", load.limit
         )
         if stats is None:
             return
@@ -82,6 +88,7 @@ class Telemetry:
     itl: Histogram = field(init=False)
     e2e: Histogram = field(init=False)
     queue: Histogram = field(init=False)
+    loop_lag: Histogram = field(init=False)
     rejected: Counter = field(init=False)
     decisions: Counter = field(init=False)
     guard_outcomes: Counter = field(init=False)
@@ -102,6 +109,11 @@ class Telemetry:
             "request_queue_time_seconds",
             "time waiting for a slot and for the engine's first step",
             _LATENCY_BUCKETS,
+        )
+        self.loop_lag = self._histogram(
+            "event_loop_lag_seconds",
+            "how late the event loop woke a task that slept 100 ms (stalls, CPU starvation)",
+            _LAG_BUCKETS,
         )
         self.rejected = Counter(
             PREFIX + "request_rejected", "questions refused (429) under overload", registry=r

@@ -175,7 +175,7 @@ def test_sigterm_lets_streams_finish_within_the_grace_period_and_aborts_the_rest
     # goes as soon as the short one has sent its first token. On a busy machine the short one
     # may still finish before the signal lands: that is allowed, it must end with [DONE] anyway.
     readers = [threading.Thread(target=stream, args=(n,), daemon=True) for n in streams]
-    for reader, name in zip(readers, streams):
+    for reader, name in zip(readers, streams, strict=True):
         reader.start()
         assert started[name].wait(timeout=300), f"the {name} stream never started"
     took_s = _stop(served, timeout_s=grace_s + 120)
