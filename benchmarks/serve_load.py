@@ -38,7 +38,17 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks.serve_metrics import (  # noqa: E402
+    generated,
+    histogram_quantile,
+    samples,
+    scrape,
+    scrape_text,
+    wait_drained,
+)
+
 DEFAULT_DATA_DIR = ROOT.parent / "shared" / "data"
+LAG = "ragguard:event_loop_lag_seconds"
 QUESTIONS = [  # answerable from rag/data/demo
     "What does a KV cache avoid recomputing?",
     "What is continuous batching?",
@@ -111,27 +121,6 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes] | None, log: Path, timeou
     raise SystemExit(f"{url} not ready after {timeout:.0f} s")
 
 
-async def scrape(client: httpx.AsyncClient, url: str) -> dict[str, float]:
-    """The unlabelled samples of ``/metrics``."""
-    lines = (await client.get(f"{url}/metrics")).text.splitlines()
-    pairs = [line.rpartition(" ") for line in lines if line[:1] not in ("", "#")]
-    return {name: float(value) for name, _, value in pairs if "{" not in name}
-
-
-def generated(before: dict[str, float], after: dict[str, float]) -> int | None:
-    key = "ragguard:generation_tokens_total"
-    return round(after[key] - before[key]) if key in before and key in after else None
-
-
-async def wait_drained(client: httpx.AsyncClient, url: str, timeout: float = 600) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        m = await scrape(client, url)
-        if not sum(m.get(f"ragguard:num_requests_{k}", 0) for k in ("running", "waiting")):
-            return
-        await asyncio.sleep(0.5)
-
-
 class HealthProbe(threading.Thread):
     """``GET /healthz`` every 100 ms from its own thread and connection, so that the load's event
     loop does not delay it; latencies in seconds, and the probes that failed."""
@@ -162,7 +151,12 @@ async def ask(
 ) -> tuple[float, int, float]:
     """One non-streamed question: e2e seconds, completion tokens, the server's own total_s."""
     started = time.perf_counter()
-    response = await client.post(f"{url}/v1/ask", json={"question": question, "max_tokens": mt})
+    while True:  # a closed-loop client that honours Retry-After
+        body = {"question": question, "max_tokens": mt}
+        response = await client.post(f"{url}/v1/ask", json=body)
+        if response.status_code != 429:
+            break
+        await asyncio.sleep(float(response.headers.get("retry-after", "1")))
     elapsed = time.perf_counter() - started
     if response.status_code != 200:
         raise SystemExit(f"{question!r}: HTTP {response.status_code} {response.text[:300]}")
@@ -243,7 +237,8 @@ async def open_loop(
         arrivals.append(t)
         t += rng.expovariate(rate)
     async with httpx.AsyncClient(timeout=TIMEOUT, limits=LIMITS) as client:
-        before, probe = await scrape(client, url), HealthProbe(url)
+        before_text, probe = await scrape_text(client, url), HealthProbe(url)
+        before = samples(before_text)
         probe.start()
         started, tasks = time.perf_counter(), []
         for at in arrivals:
@@ -255,8 +250,11 @@ async def open_loop(
         elapsed = time.perf_counter() - started
         probe.stopped.set()
         probe.join()
+        limit = (await scrape(client, url)).get("ragguard:concurrency_limit")
         await wait_drained(client, url)
-        delta = generated(before, await scrape(client, url))
+        after_text = await scrape_text(client, url)
+        delta = generated(before, samples(after_text))
+    lag = {q: histogram_quantile(before_text, after_text, LAG, q / 100) for q in (50, 99)}
     ok = [r for r in records if r.status == 200 and r.e2e is not None]
     refused = [r for r in records if r.status == 429]
     server_errors = sum(r.status >= 500 for r in records)
@@ -281,6 +279,9 @@ async def open_loop(
         "other_errors": len(records) - len(ok) - len(refused) - server_errors,
         "errors": sorted({f"{r.status} {r.error}" for r in records if r.error}),
         "health_failures": probe.failures,
+        "loop_lag_p50": lag[50],
+        "loop_lag_p99": lag[99],  # a bucket's upper bound
+        "concurrency_limit": limit,
         "records": [asdict(r) for r in records],
     }
 
@@ -373,9 +374,12 @@ def report(args: argparse.Namespace, f: dict[str, Any]) -> list[dict[str, Any]]:
         f"{p['tokens_per_s']:.1f} | {pair(p, 'ttft')} | {pair(p, 'itl', ms)} | "
         f"{pair(p, 'e2e')} | {p['refused_share']:.0%} | {p['refused_with_retry_after']}/"
         f"{p['refused']} | {p['server_errors']} | {p['other_errors']} | {pair(p, 'health', ms)}"
+        f" | ≤ {ms(p.get('loop_lag_p50'))} / ≤ {ms(p.get('loop_lag_p99'))}"
+        f" | {p.get('concurrency_limit') or '—'}"
         for m, p in phases.items()
     ]
-    table([*header, "health p50 / p99"], [line.split(" | ") for line in lines])
+    header += ["health p50 / p99", "loop lag p50 / p99", "limit at end"]
+    table(header, [line.split(" | ") for line in lines])
     for m, p in phases.items():
         if p["errors"]:
             print(f"errors at {m}× R: {', '.join(p['errors'])}\n")
