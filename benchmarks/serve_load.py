@@ -121,6 +121,16 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes] | None, log: Path, timeou
     raise SystemExit(f"{url} not ready after {timeout:.0f} s")
 
 
+def rss_mb(proc: subprocess.Popen[bytes] | None) -> float | None:
+    """The server's resident memory now (None for a server this script did not start)."""
+    if proc is None:
+        return None
+    for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return None
+
+
 class HealthProbe(threading.Thread):
     """``GET /healthz`` every 100 ms from its own thread and connection, so that the load's event
     loop does not delay it; latencies in seconds, and the probes that failed."""
@@ -404,6 +414,9 @@ def report(args: argparse.Namespace, f: dict[str, Any]) -> list[dict[str, Any]]:
     ]
     verdicts = [[n, v, "—" if ok is None else "yes" if ok else "no"] for n, v, ok in targets]
     table(["target", "measured", "met"], verdicts)
+    if any(v is not None for v in f.get("rss_mb", {}).values()):
+        rss = ", ".join(f"{k} {v:,.0f} MB" for k, v in f["rss_mb"].items() if v is not None)
+        print(f"Server resident memory: {rss}.\n")
     return [{"target": n, "measured": v, "met": ok} for n, v, ok in targets]
 
 
@@ -432,6 +445,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--saturated", type=int, default=32, help="M, the closed-loop workload")
     p.add_argument("--concurrency", type=int, help="C (default: max_concurrent_questions)")
     p.add_argument("--duration", type=float, default=40.0, help="seconds per open-loop phase")
+    p.add_argument("--idle", type=float, default=30.0, help="seconds idle before the last RSS")
     p.add_argument("--multipliers", default="0.5,1,2,10", help="open-loop rates, in R")
     p.add_argument("--rate", type=float, help="R, questions/s (default: 0.8 × saturated)")
     p.add_argument("--max-tokens", type=int, default=64)
@@ -477,12 +491,17 @@ def main() -> None:
     try:
         wait_ready(url, proc, log, args.startup_timeout)
         f["one_at_a_time"] = asyncio.run(one_at_a_time(url, sequential, mt))
+        f["rss_mb"] = {"after one at a time": rss_mb(proc)}
         f["saturated"] = asyncio.run(saturated(url, workload, concurrency, mt))
+        f["rss_mb"]["after saturated"] = rss_mb(proc)
         f["rate"] = rate = args.rate or 0.8 * f["saturated"]["questions_per_s"]
         rng, f["open_loop"] = random.Random(args.seed), {}
         for m in args.multipliers.split(","):
             phase = open_loop(url, questions, float(m) * rate, args.duration, rng, mt)
             f["open_loop"][m.strip()] = asyncio.run(phase)
+            f["rss_mb"][f"after {m.strip()}× R"] = rss_mb(proc)
+        time.sleep(args.idle)
+        f["rss_mb"][f"{args.idle:.0f} s idle"] = rss_mb(proc)
     finally:
         if proc is not None:
             proc.terminate()
