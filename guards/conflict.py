@@ -8,6 +8,7 @@ found in some passage, show the passages support more than one answer.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -20,7 +21,7 @@ from guards.answers import (
     states_no_answer,
 )
 from guards.base import Guard, GuardContext, GuardResult, Outcome
-from guards.text import content_words
+from guards.text import content_words, key_terms
 
 
 def _similarity(a: set[str], b: set[str]) -> float:
@@ -28,7 +29,9 @@ def _similarity(a: set[str], b: set[str]) -> float:
 
 
 class EvidenceConflictGuard(Guard):
-    """FAIL when the passages disagree on the answer; ABSTAIN when no passage holds it."""
+    """FAIL when the passages disagree on the answer (or, when no passage holds the answer word
+    for word, when two passages state the same thing with different values); else PASS, or
+    ABSTAIN when there is nothing to compare."""
 
     name = "evidence_conflict"
     signals: ClassVar[Mapping[str, int]] = {"conflict": -1}
@@ -48,7 +51,7 @@ class EvidenceConflictGuard(Guard):
             if span_support(ctx.answer, ctx.question, p.text) >= self.min_support
         ]
         if not holding:
-            return self.abstain("no passage holds the answer word for word")
+            return self._disagreeing_passages(ctx)
         # Compared without the answer's own words: two copies of one statement that differ
         # only in the value are the same statement.
         answer_words = content_words(answer_core(ctx.answer))
@@ -81,6 +84,29 @@ class EvidenceConflictGuard(Guard):
             )
         reason = "no passage gives another answer"
         return GuardResult(self.name, Outcome.PASS, 1.0, reason, evidence, {"conflict": 0.0})
+
+    def _disagreeing_passages(self, ctx: GuardContext) -> GuardResult:
+        """Without the answer's span to anchor on: do two passages state the same thing with
+        different names or numbers (a source and its edited or outdated copy)? Whatever the
+        answer took from them, one of the two is wrong, and a reader has to choose."""
+        words = [content_words(p.text) for p in ctx.passages]
+        terms = [key_terms(p.text) for p in ctx.passages]
+        pairs: list[tuple[int, int, list[str]]] = []
+        for i, j in itertools.combinations(range(len(ctx.passages)), 2):
+            differing = terms[i] ^ terms[j]
+            if not differing or not terms[i] - terms[j] or not terms[j] - terms[i]:
+                continue  # one says more than the other, but nothing it says is replaced
+            if _similarity(words[i] - differing, words[j] - differing) >= self.min_same_statement:
+                pairs.append((i, j, sorted(differing)))
+        if not pairs:
+            return self.abstain("no passage holds the answer word for word")
+        evidence = {"disagreeing_passages": [[i + 1, j + 1, d] for i, j, d in pairs]}
+        first, second, values = pairs[0]
+        reason = (
+            f"passages [{first + 1}] and [{second + 1}] state the same with different values "
+            f"({', '.join(values[:6])})"
+        )
+        return GuardResult(self.name, Outcome.FAIL, 0.0, reason, evidence, {"conflict": 1.0})
 
     def _rival_answers(self, ctx: GuardContext, holding: list[int]) -> list[str]:
         """Other samples' answers that passages other than the answer's hold word for word."""

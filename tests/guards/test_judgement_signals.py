@@ -89,6 +89,25 @@ def test_conflicting_passages_are_found() -> None:
     assert rival.outcome is Outcome.FAIL and rival.evidence["rival_answers"] == ["Bruno Keller"]
 
 
+def test_passages_that_disagree_are_found_when_the_answer_quotes_neither() -> None:
+    true = Evidence("t", "In February 2014, Facebook bought the messaging service WhatsApp.")
+    fake = Evidence("f", "In February 2014, Apple bought the messaging service WhatsApp.")
+    longer = Evidence("l", "In February 2014, Facebook bought the messaging service WhatsApp Inc.")
+    noise = Evidence("n", "WhatsApp lets people send messages and make calls over the internet.")
+    question = "Who acquired WhatsApp?"
+    guard = EvidenceConflictGuard()
+    # The answer paraphrases: no passage holds it word for word, yet two passages disagree.
+    answer = "WhatsApp was acquired in 2014 by the company Apple, for its messaging."
+    conflict = guard.check(ctx(question, answer, (true, noise, fake)))
+    assert conflict.outcome is Outcome.FAIL and conflict.signals == {"conflict": 1.0}
+    assert conflict.evidence["disagreeing_passages"] == [[1, 3, ["apple", "facebook"]]]
+    assert "[1] and [3]" in conflict.reason
+    # A passage that only adds a name (nothing replaced) is not a disagreement; unrelated
+    # passages are not either: nothing to compare.
+    assert guard.check(ctx(question, answer, (true, longer, noise))).outcome is Outcome.ABSTAIN
+    assert guard.check(ctx(question, answer, (true, noise))).outcome is Outcome.ABSTAIN
+
+
 def test_semantic_entropy_and_agreement_compare_answer_cores() -> None:
     guard = SelfConsistencyGuard()
     question = "How many vacation days do new hires get?"
