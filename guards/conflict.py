@@ -36,9 +36,18 @@ class EvidenceConflictGuard(Guard):
     name = "evidence_conflict"
     signals: ClassVar[Mapping[str, int]] = {"conflict": -1}
 
-    def __init__(self, *, min_support: float = 0.99, min_same_statement: float = 0.6):
+    def __init__(
+        self,
+        *,
+        min_support: float = 0.99,
+        min_same_statement: float = 0.6,
+        min_same_terms: float = 0.5,
+    ):
         self.min_support = min_support
         self.min_same_statement = min_same_statement
+        self.min_same_terms = min_same_terms
+        """Without the answer to anchor on, two passages are copies of one statement only if
+        most of their names and numbers are shared too (a value replaced, not another subject)."""
 
     def check(self, ctx: GuardContext) -> GuardResult:
         if not ctx.passages or not answer_core(ctx.answer) or states_no_answer(ctx.answer):
@@ -96,6 +105,8 @@ class EvidenceConflictGuard(Guard):
             differing = terms[i] ^ terms[j]
             if not differing or not terms[i] - terms[j] or not terms[j] - terms[i]:
                 continue  # one says more than the other, but nothing it says is replaced
+            if _similarity(terms[i], terms[j]) < self.min_same_terms:
+                continue  # about other things: two records of one template, not two copies
             if _similarity(words[i] - differing, words[j] - differing) >= self.min_same_statement:
                 pairs.append((i, j, sorted(differing)))
         if not pairs:
