@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import random
 import shlex
@@ -27,7 +28,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -131,28 +131,47 @@ def rss_mb(proc: subprocess.Popen[bytes] | None) -> float | None:
     return None
 
 
-class HealthProbe(threading.Thread):
-    """``GET /healthz`` every 100 ms from its own thread and connection, so that the load's event
-    loop does not delay it; latencies in seconds, and the probes that failed."""
+def probe_health(url: str, stopped: Any, results: Any) -> None:
+    """``GET /healthz`` every 100 ms until ``stopped`` is set; sends (latencies, failures)."""
+    latencies, failures = [], 0
+    with httpx.Client(timeout=10) as client:
+        tick = time.perf_counter()
+        while not stopped.is_set():
+            started = time.perf_counter()
+            try:
+                ok = client.get(f"{url}/healthz").status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            latencies.append(time.perf_counter() - started)
+            failures += not ok
+            tick += 0.1
+            stopped.wait(max(0.0, tick - time.perf_counter()))
+    results.send((latencies, failures))
+
+
+class HealthProbe:
+    """The health probe in a process of its own, as an orchestrator's probe is: a thread of the
+    load generator would wait for its interpreter lock while the load's event loop parses streams,
+    and count that wait as the server's."""
 
     def __init__(self, url: str):
-        super().__init__(daemon=True)
-        self.url, self.latencies, self.failures = url, list[float](), 0
-        self.stopped = threading.Event()
+        context = multiprocessing.get_context("spawn")
+        self._stopped = context.Event()
+        self._results, child_end = context.Pipe(duplex=False)
+        self._process = context.Process(
+            target=probe_health, args=(url, self._stopped, child_end), daemon=True
+        )
+        self.latencies: list[float] = []
+        self.failures = 0
 
-    def run(self) -> None:
-        with httpx.Client(timeout=10) as client:
-            tick = time.perf_counter()
-            while not self.stopped.is_set():
-                started = time.perf_counter()
-                try:
-                    ok = client.get(f"{self.url}/healthz").status_code == 200
-                except httpx.HTTPError:
-                    ok = False
-                self.latencies.append(time.perf_counter() - started)
-                self.failures += not ok
-                tick += 0.1
-                self.stopped.wait(max(0.0, tick - time.perf_counter()))
+    def start(self) -> None:
+        self._process.start()
+
+    def stop(self) -> None:
+        """Stop probing and collect the latencies (seconds) and the number of failed probes."""
+        self._stopped.set()
+        self.latencies, self.failures = self._results.recv()
+        self._process.join()
 
 
 # ---------------------------------------------------------------- requests and HTTP phases
@@ -258,8 +277,7 @@ async def open_loop(
         await asyncio.sleep(max(0.0, started + duration - time.perf_counter()))
         records: list[Record] = list(await asyncio.gather(*tasks))
         elapsed = time.perf_counter() - started
-        probe.stopped.set()
-        probe.join()
+        probe.stop()
         limit = (await scrape(client, url)).get("ragguard:concurrency_limit")
         await wait_drained(client, url)
         after_text = await scrape_text(client, url)

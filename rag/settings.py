@@ -76,6 +76,21 @@ class Settings(BaseSettings):
         description="a question predicted to wait longer than this for a slot is refused with "
         "429 and Retry-After. Empty: no bound",
     )
+    max_queue_wait_services: float | None = Field(
+        1.0,
+        gt=0,
+        description="... or longer than this many times the time a question takes at low load "
+        "(measured), so that an admitted question waits about one answer's time at most. "
+        "Empty: no such bound",
+    )
+    worker_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="the model's threads (engine steps, retrieval, guards) run this much lower "
+        "in priority (nice) than the thread that answers HTTP, so health probes and streams are "
+        "served at once under load; 0: the same priority",
+    )
     shutdown_grace_s: float = Field(
         30.0, ge=0, description="on shutdown, how long in-flight questions may still finish"
     )

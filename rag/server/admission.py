@@ -3,7 +3,10 @@
 A question waits here (counted in ``num_requests_waiting``) before it retrieves or generates
 anything, so overload costs no model work. It is refused at once with ``OverloadedError`` (429)
 and a ``Retry-After`` estimated from recent service times when it would make the queue longer
-than ``max_waiting``, or, given ``max_queue_wait_s``, when its predicted wait for a slot is longer.
+than ``max_waiting``, or when its predicted wait for a slot is longer than ``max_queue_wait_s``
+or than ``max_queue_wait_services`` times the service time of a question at low load. The second
+bound follows the hardware: a question admitted waits at most about one answer's time, so what it
+waits for in all stays near twice what it would wait on an idle server, however many arrive.
 
 How many questions are at work at once is a limit that may adapt (``adaptive=True``): past the
 point where the hardware is saturated (on a small CPU, two to four questions) each extra question
@@ -144,7 +147,8 @@ class Admission:
 
     Built as ``Admission(max_running, max_waiting, load)`` it behaves as a fixed pool of
     ``max_running`` slots with a queue of ``max_waiting``; ``adaptive`` lets the limit move
-    between 1 and ``max_running``, ``max_queue_wait_s`` refuses a question predicted to wait longer.
+    between 1 and ``max_running``; ``max_queue_wait_s`` and ``max_queue_wait_services`` (a
+    multiple of the service time at low load) refuse a question predicted to wait longer.
     """
 
     def __init__(
@@ -155,11 +159,13 @@ class Admission:
         *,
         adaptive: bool = False,
         max_queue_wait_s: float | None = None,
+        max_queue_wait_services: float | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ):
         self.max_running = max_running
         self.max_waiting = max_waiting
         self.max_queue_wait_s = max_queue_wait_s
+        self.max_queue_wait_services = max_queue_wait_services
         self.load = load or LoadCounts()
         self.limiter = GradientLimit(max_running) if adaptive else None
         self._clock = clock
@@ -183,6 +189,20 @@ class Admission:
         """Moving average of the time a slot is held (5 s until one was)."""
         return self._mean_service_s
 
+    @property
+    def base_service_s(self) -> float:
+        """Service time of a question at low load: the adaptive limit's baseline once measured,
+        else the moving average of all services."""
+        base = self.limiter.baseline if self.limiter is not None else None
+        return base if base is not None else self._mean_service_s
+
+    def wait_bound_s(self) -> float | None:
+        """The longest predicted wait a question is admitted with now (None: no bound)."""
+        bounds = [] if self.max_queue_wait_s is None else [self.max_queue_wait_s]
+        if self.max_queue_wait_services is not None:
+            bounds.append(self.max_queue_wait_services * self.base_service_s)
+        return min(bounds) if bounds else None
+
     def predicted_wait_s(self) -> float:
         """How long a question arriving now would likely wait for a slot (0: one is free)."""
         if not self._must_wait():
@@ -198,7 +218,7 @@ class Admission:
         """Raise ``OverloadedError`` if a question arriving now would be refused."""
         if not self._must_wait():
             return
-        bound = self.max_queue_wait_s
+        bound = self.wait_bound_s()
         if self._waiting >= self.max_waiting:
             why = f"{self._waiting} waiting"
         elif bound is not None and self.predicted_wait_s() > bound:

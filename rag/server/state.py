@@ -40,6 +40,7 @@ class ServerState:
             self.telemetry.load,
             adaptive=self.settings.adaptive_concurrency,
             max_queue_wait_s=self.settings.max_queue_wait_s,
+            max_queue_wait_services=self.settings.max_queue_wait_services,
         )
 
 

@@ -216,6 +216,45 @@ def test_a_question_predicted_to_wait_too_long_is_refused() -> None:
     asyncio.run(scenario())
 
 
+def test_the_wait_bound_follows_the_service_time_at_low_load() -> None:
+    admission = Admission(
+        16, 100, adaptive=True, max_queue_wait_s=15.0, max_queue_wait_services=1.0
+    )
+    assert admission.wait_bound_s() == pytest.approx(5.0)  # nothing measured: the 5 s seed
+    for _ in range(30):  # 2 s per question while one was at work
+        admission.record_service(2.0, peak=1)
+    assert admission.base_service_s == pytest.approx(2.0, abs=1e-3)
+    assert admission.wait_bound_s() == pytest.approx(2.0, abs=1e-3)  # one answer's time
+    assert admission.limit == 2
+
+    async def scenario() -> None:
+        held = [admission.slot() for _ in range(2)]
+        for slot in held:
+            await slot.__aenter__()
+        admission.check()  # predicted 1 x 2 s / 2: within one answer's time
+        waiters = [asyncio.create_task(admission.slot().__aenter__())]
+        await asyncio.sleep(0)
+        assert admission.predicted_wait_s() > admission.wait_bound_s()  # type: ignore[operator]
+        with pytest.raises(OverloadedError, match="predicted wait of 2 s"):
+            admission.check()  # 2 x (2 s and a little, the recent mean) / 2
+        for task in waiters:
+            task.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
+
+    asyncio.run(scenario())
+    for _ in range(30):  # slower under load: the baseline, and so the bound, stay put
+        admission.record_service(3.5, peak=16)
+    assert admission.wait_bound_s() == pytest.approx(2.0, abs=1e-3)
+
+
+def test_the_absolute_bound_caps_the_relative_one() -> None:
+    admission = Admission(4, 100, max_queue_wait_s=3.0, max_queue_wait_services=1.0)
+    for _ in range(40):
+        admission.record_service(60.0)  # a fixed limit: the bound follows the recent mean
+    assert admission.wait_bound_s() == 3.0
+    assert Admission(4, 4).wait_bound_s() is None
+
+
 def test_without_a_bound_only_the_queue_length_refuses() -> None:
     admission = Admission(1, 1)
     admission.record_service(1000.0)
