@@ -64,7 +64,9 @@ QUESTIONS = [  # answerable from rag/data/demo
     "How does contrastive decoding choose tokens?",
 ]
 TIMEOUT = httpx.Timeout(900.0, connect=60.0)
-LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+# Idle connections are dropped sooner than the server's keep-alive timeout (uvicorn: 5 s), so a
+# client waiting out a Retry-After never sends on a connection the server is closing.
+LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=2.0)
 
 
 @dataclass

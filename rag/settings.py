@@ -224,6 +224,14 @@ class Settings(BaseSettings):
         True, description="build the packaged demo index on start if missing"
     )
 
+    @field_validator(
+        "request_timeout_s", "max_queue_wait_s", "max_queue_wait_services", mode="before"
+    )
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        """``RAGGUARD_MAX_QUEUE_WAIT_S=`` (empty) turns the bound off, as documented."""
+        return None if isinstance(value, str) and not value.strip() else value
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _lower_level(cls, value: object) -> object:

@@ -340,3 +340,13 @@ def test_the_app_serves_the_limit_and_the_loop_lag(
     assert "ragguard:concurrency_limit 2.0" in text
     assert "ragguard:event_loop_lag_seconds_bucket" in text
     assert registry.get_sample_value("ragguard:event_loop_lag_seconds_count") >= 1
+
+
+def test_an_empty_setting_turns_a_bound_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("MAX_QUEUE_WAIT_S", "MAX_QUEUE_WAIT_SERVICES", "REQUEST_TIMEOUT_S"):
+        monkeypatch.setenv(f"RAGGUARD_{name}", "")
+    state = ServerState(settings(tmp_path))
+    assert state.settings.request_timeout_s is None
+    assert state.admission.wait_bound_s() is None
