@@ -77,11 +77,11 @@ class Settings(BaseSettings):
         "429 and Retry-After. Empty: no bound",
     )
     max_queue_wait_services: float | None = Field(
-        1.0,
+        None,
         gt=0,
         description="... or longer than this many times the time a question takes at low load "
-        "(measured), so that an admitted question waits about one answer's time at most. "
-        "Empty: no such bound",
+        "(measured), so that an admitted question waits about one answer's time at most (1.0). "
+        "Empty (the default): no such bound",
     )
     worker_nice: int = Field(
         10,

@@ -101,12 +101,38 @@ def _create_key(tmp_path: Path) -> str:
     return key
 
 
-def _stop(served: Served, timeout_s: float = 60) -> float:
-    """SIGTERM; the seconds until the process had exited."""
+def _stop(
+    served: Served, timeout_s: float = 60, meanwhile: threading.Thread | None = None
+) -> float:
+    """SIGTERM (then start ``meanwhile``); the seconds until the process had exited."""
     sent = time.monotonic()
     served.process.send_signal(signal.SIGTERM)
+    if meanwhile is not None:
+        meanwhile.start()
     served.process.wait(timeout=timeout_s)
+    if meanwhile is not None:
+        meanwhile.join(timeout=30)
     return time.monotonic() - sent
+
+
+def _sequences_running(served: Served) -> float:
+    metrics = httpx.get(f"{served.url}/metrics", timeout=10).text
+    line = next(x for x in metrics.splitlines() if x.startswith("ragguard:num_sequences_running"))
+    return float(line.split()[-1])
+
+
+def _probe_until_exit(served: Served, probes: list[tuple[str, float]]) -> None:
+    """``GET /healthz`` every 0.2 s until the process exits: (status or how it failed, seconds)."""
+    while served.process.poll() is None:
+        started = time.monotonic()
+        try:
+            outcome = str(httpx.get(f"{served.url}/healthz", timeout=10).status_code)
+        except httpx.ConnectError:
+            outcome = "refused"
+        except httpx.TransportError:
+            outcome = "closed"  # accepted as the listener closed, then dropped
+        probes.append((outcome, time.monotonic() - started))
+        time.sleep(0.2)
 
 
 def test_request_logs_are_json_records_without_keys_or_question_text(
@@ -151,7 +177,8 @@ def test_sigterm_lets_streams_finish_within_the_grace_period_and_aborts_the_rest
     serve: Any,
 ) -> None:
     grace_s = 15
-    served = serve(RAGGUARD_SHUTDOWN_GRACE_S=str(grace_s))
+    # A fixed limit: the adaptive one starts at two questions, and three run at once here.
+    served = serve(RAGGUARD_SHUTDOWN_GRACE_S=str(grace_s), RAGGUARD_ADAPTIVE_CONCURRENCY="false")
     model = httpx.get(f"{served.url}/v1/models").json()["data"][0]["id"]
     streams = {"long": 4000, "short": 48}  # completion tokens; ignore_eos makes them exact
     chunks: dict[str, list[str]] = {name: [] for name in streams}
@@ -171,14 +198,44 @@ def test_sigterm_lets_streams_finish_within_the_grace_period_and_aborts_the_rest
         finally:
             started[name].set()
 
-    # The long stream first, so that both are in flight when the signal comes; the signal
-    # goes as soon as the short one has sent its first token. On a busy machine the short one
-    # may still finish before the signal lands: that is allowed, it must end with [DONE] anyway.
-    readers = [threading.Thread(target=stream, args=(n,), daemon=True) for n in streams]
-    for reader, name in zip(readers, streams, strict=True):
+    plain: list[str] = []  # a long completion that is not streamed: aborted at the end too
+
+    def complete() -> None:
+        body = {"model": model, "prompt": "Once upon a time", "max_tokens": 4000, "seed": 2}
+        try:
+            plain.append(
+                str(
+                    httpx.post(
+                        f"{served.url}/v1/completions",
+                        json=body | {"ignore_eos": True},
+                        timeout=300,
+                    ).status_code
+                )
+            )
+        except httpx.HTTPError:
+            plain.append("closed")
+
+    # The plain completion first, in the engine before the streams start; then the long stream,
+    # so that all are in flight when the signal comes; the signal goes as soon as the short
+    # stream has sent its first token. On a busy machine the short one may still finish before
+    # the signal lands: that is allowed, it must end with [DONE] anyway.
+    readers = [threading.Thread(target=complete, daemon=True)]
+    readers[0].start()
+    deadline = time.monotonic() + 300
+    while _sequences_running(served) < 1:
+        assert time.monotonic() < deadline and not plain, f"the plain completion never ran: {plain}"
+        time.sleep(0.1)
+    readers += [threading.Thread(target=stream, args=(n,), daemon=True) for n in streams]
+    for reader, name in zip(readers[1:], streams, strict=True):
         reader.start()
         assert started[name].wait(timeout=300), f"the {name} stream never started"
-    took_s = _stop(served, timeout_s=grace_s + 120)
+    probes: list[tuple[str, float]] = []
+    stopping = threading.Thread(target=_probe_until_exit, args=(served, probes), daemon=True)
+    took_s = _stop(served, timeout_s=grace_s + 120, meanwhile=stopping)
+    # A probe during the grace period is answered or refused at once, never left hanging: the
+    # listener closes on the signal while the streams still run.
+    assert probes and all(latency < 5 for _, latency in probes), probes
+    assert {outcome for outcome, _ in probes} <= {"200", "refused", "closed"}, probes
     for reader in readers:
         reader.join(timeout=30)
         assert not reader.is_alive(), "a stream did not end when the server stopped"
@@ -186,12 +243,13 @@ def test_sigterm_lets_streams_finish_within_the_grace_period_and_aborts_the_rest
     assert served.process.returncode in (0, -signal.SIGTERM), served.log.read_text()
     assert chunks["short"][-1] == "[DONE]", "the short stream was not let finish"
     assert "[DONE]" not in chunks["long"], "a 4,000-token completion finished in the grace?"
+    assert plain and plain[0] != "200", "a 4,000-token completion finished in the grace?"
     # The long stream had the whole grace period, then was cancelled; unloading follows.
     assert grace_s <= took_s < grace_s + 60, f"exit took {took_s:.1f} s"
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{served.url}/healthz", timeout=5)
     logged = [r for r in served.records() if r.get("route") == "/v1/completions"]
-    assert sorted(r["max_tokens"] for r in logged) == [48, 4000], served.log.read_text()
+    assert {48, 4000} <= {r["max_tokens"] for r in logged}, served.log.read_text()
 
 
 def test_log_text_setting_puts_question_and_answer_into_the_request_record(
