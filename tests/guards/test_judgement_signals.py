@@ -108,7 +108,9 @@ def test_passages_that_disagree_are_found_when_the_answer_quotes_neither() -> No
     assert guard.check(ctx(question, answer, (true, noise))).outcome is Outcome.ABSTAIN
     # Two records written to one template are about different things, not copies.
     one = Evidence("a", "Tremors. Directed by: Ron Underwood. Released in: 1990. Genre: Horror.")
-    two = Evidence("b", "Stir Crazy. Directed by: Sidney Poitier. Released in: 1980. Genre: Comedy.")
+    two = Evidence(
+        "b", "Stir Crazy. Directed by: Sidney Poitier. Released in: 1980. Genre: Comedy."
+    )
     template = guard.check(ctx("Who directed Tremors?", "It was Underwood's film.", (one, two)))
     assert template.outcome is Outcome.ABSTAIN
 
