@@ -28,6 +28,7 @@ serve: install
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 # The default tier stays under 10 minutes on 2 cores; tests marked slow (fuzzing, kill -9 crash
