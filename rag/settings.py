@@ -80,8 +80,7 @@ class Settings(BaseSettings):
         None,
         gt=0,
         description="... or longer than this many times the time a question takes at low load "
-        "(measured), so that an admitted question waits about one answer's time at most (1.0). "
-        "Empty (the default): no such bound",
+        "(measured; 1: about one answer's time at most). Empty (the default): no such bound",
     )
     worker_nice: int = Field(
         10,

@@ -5,8 +5,8 @@ anything, so overload costs no model work. It is refused at once with ``Overload
 and a ``Retry-After`` estimated from recent service times when it would make the queue longer
 than ``max_waiting``, or when its predicted wait for a slot is longer than ``max_queue_wait_s``
 or than ``max_queue_wait_services`` times the service time of a question at low load. The second
-bound follows the hardware: a question admitted waits at most about one answer's time, so what it
-waits for in all stays near twice what it would wait on an idle server, however many arrive.
+bound follows the hardware rather than a number of seconds: with 1, a question is admitted only if
+it is predicted to wait about one answer's time at most, however many arrive.
 
 How many questions are at work at once is a limit that may adapt (``adaptive=True``): past the
 point where the hardware is saturated (on a small CPU, two to four questions) each extra question
