@@ -23,7 +23,6 @@ from engine.llm_engine import EngineStats, LLMEngine
 from engine.outputs import RequestOutput
 from engine.prompts import Prompt
 from engine.sampling_params import SamplingParams
-from engine.threads import lower_thread_priority
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +135,6 @@ class AsyncEngine:
             time.sleep(0.002)
 
     def _loop(self) -> None:
-        lower_thread_priority(self.engine.config.thread_nice)  # before its first torch call
         idle = True
         while not self._stopped.is_set():
             if not self.engine.has_unfinished_requests():

@@ -50,15 +50,10 @@ class EngineConfig:
     max_batch_wait_ms: float = 0.0
     """AsyncEngine: when idle and a request arrives, wait up to this long (or until
     max_num_seqs are waiting) before the first step, so requests arriving together share it."""
-    thread_nice: int = 0
-    """AsyncEngine: raise its stepping thread's nice value by this much (a lower priority), so
-    that the caller's event loop gets a core first when it has work (see ``engine.threads``)."""
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {_DTYPES}, got {self.dtype!r}")
-        if not 0 <= self.thread_nice <= 19:
-            raise ValueError(f"thread_nice must be in 0..19, got {self.thread_nice}")
         if self.max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
         if self.block_size < 1 or self.max_num_batched_tokens < 1 or self.kv_cache_memory_bytes < 1:

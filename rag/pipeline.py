@@ -393,5 +393,4 @@ def engine_config(settings: Settings) -> EngineConfig:
         cuda_graphs=settings.cuda_graphs,
         cache_dir=settings.model_cache_dir,
         allow_hub=settings.allow_hub,
-        thread_nice=settings.worker_nice,
     )

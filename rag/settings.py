@@ -82,14 +82,6 @@ class Settings(BaseSettings):
         description="... or longer than this many times the time a question takes at low load "
         "(measured; 1: about one answer's time at most). Empty (the default): no such bound",
     )
-    worker_nice: int = Field(
-        10,
-        ge=0,
-        le=19,
-        description="the model's threads (engine steps, retrieval, guards) run this much lower "
-        "in priority (nice) than the thread that answers HTTP, so health probes and streams are "
-        "served at once under load; 0: the same priority",
-    )
     shutdown_grace_s: float = Field(
         30.0, ge=0, description="on shutdown, how long in-flight questions may still finish"
     )

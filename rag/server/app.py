@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request, Response
@@ -16,7 +15,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.errors import EngineError
-from engine.threads import lower_thread_priority
 from guards.review import ReviewError
 from rag.errors import AuthenticationError, OverloadedError, RagGuardError
 from rag.pipeline import Pipeline
@@ -115,14 +113,6 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         s = state.settings
-        # The pipeline's retrieval, prompt planning and guards run in the loop's default
-        # executor: at a lower priority than this thread, which answers probes and streams.
-        workers = ThreadPoolExecutor(
-            thread_name_prefix="ragguard-worker",
-            initializer=lower_thread_priority,
-            initargs=(s.worker_nice,),
-        )
-        asyncio.get_running_loop().set_default_executor(workers)
         state.keys = KeyStore(s.data_dir / "keys.sqlite", s.api_keys)
         log_protection(state.keys)  # a loud warning when authentication is off
         # Reviewers can work while the model loads: the queue does not need it.
@@ -146,7 +136,6 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
             if own_reviews is not None:
                 own_reviews.close()
             state.keys.close()
-            workers.shutdown(wait=False)
 
     # FastAPIOffline: /docs and /redoc load their scripts from this server, not from a CDN.
     app = FastAPIOffline(
