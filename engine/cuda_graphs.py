@@ -149,7 +149,7 @@ class DecodeGraphs:
         inputs = self._pack((batch, num_blocks), [], [], []).to(self.device)
         logits = self._logits.get(batch)
         if logits is None:
-            vocab = self.model.lm_head.weight.shape[0]
+            vocab = self.model.lm_head.out_features
             logits = torch.empty(batch, vocab, device=self.device)
             self._logits[batch] = logits
 

@@ -84,6 +84,11 @@ class HFGenerator:
 
     def __init__(self, config: EngineConfig | None = None, *, source: ModelSource | None = None):
         self.config = config or EngineConfig()
+        if self.config.quantization is not None:
+            raise ValueError(
+                f"quantization {self.config.quantization!r} is a feature of our engine; the "
+                "transformers baseline runs the model's own weights"
+            )
         self.source = source or resolve_model(self.config.model, allow_hub=self.config.allow_hub)
         self.device = self.config.resolved_device()
         self.model, self.tokenizer = load_model_and_tokenizer(

@@ -93,6 +93,8 @@ class LLMEngine:
         model = LlamaForCausalLM(hf_config)
         model.load_weights(load_state_dict(Path(directory)))
         self.model = model.to(device=self.device, dtype=dtype).eval()
+        if config.quantization == "int8":
+            model.quantize_int8()
         self.max_model_len = config.max_model_len or int(hf_config.max_position_embeddings)
         self.prompts = PromptTokenizer(tokenizer, self.max_model_len)
         self.stopping = StopChecker(self.eos_token_ids, self.max_model_len, self.prompts.decode)

@@ -391,6 +391,7 @@ def engine_config(settings: Settings) -> EngineConfig:
         kv_cache_memory_bytes=settings.kv_cache_memory_mb << 20,
         reserve_max_tokens=settings.reserve_max_tokens,
         cuda_graphs=settings.cuda_graphs,
+        quantization=settings.quantization,
         cache_dir=settings.model_cache_dir,
         allow_hub=settings.allow_hub,
     )

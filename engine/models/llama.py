@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.layers.attention import AttentionMetadata, paged_attention, write_kv
+from engine.layers.quantization import Int8Embedding, Int8Linear, quantize_linears
 from engine.layers.rotary import RotaryEmbedding, apply_rotary
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -150,6 +151,17 @@ class LlamaForCausalLM(nn.Module):
         for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
             x = layer(x, rotary, kv_cache, meta)
         return self.model.norm(x)
+
+    def quantize_int8(self) -> None:
+        """Swap every linear layer, the LM head included, for int8 weight-only ones (after the
+        weights are loaded and on their device). Tied embeddings then read the LM head's int8
+        rows, so the model keeps no float copy of its largest matrix."""
+        for layer in self.model.layers:
+            quantize_linears(layer)
+        head = Int8Linear.from_linear(self.lm_head)
+        self.lm_head = head  # type: ignore[assignment]
+        if self.tie_word_embeddings:
+            self.model.embed_tokens = Int8Embedding(head)  # type: ignore[assignment]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Vocabulary logits in float32."""

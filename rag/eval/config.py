@@ -33,6 +33,7 @@ ENGINE_FIELDS = (
     "max_batch_size",
     "max_num_batched_tokens",
     "kv_cache_memory_mb",
+    "quantization",
 )
 """Settings that change the loaded generator: configurations equal on these share one."""
 EMBEDDER_FIELDS = ("embedding_model", "device", "allow_hub")

@@ -201,3 +201,26 @@ def test_several_candidates_vote(demo_pipeline) -> None:  # type: ignore[no-unty
         consistency.outcome in ("pass", "fail") and sum(consistency.evidence["cluster_sizes"]) == 3
     )
     assert result.usage.completion_tokens > 24  # three samples were generated
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [("int8", "int8"), ("", None), ("none", None), ("None", None)]
+)
+def test_the_quantization_setting_reaches_the_engine_config(
+    value: str, expected: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rag.pipeline import engine_config
+    from rag.settings import Settings
+
+    monkeypatch.setenv("RAGGUARD_QUANTIZATION", value)
+    assert engine_config(Settings(_env_file=None)).quantization == expected
+
+
+def test_an_unknown_quantization_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import ValidationError
+
+    from rag.settings import Settings
+
+    monkeypatch.setenv("RAGGUARD_QUANTIZATION", "int4")
+    with pytest.raises(ValidationError, match="int8"):
+        Settings(_env_file=None)

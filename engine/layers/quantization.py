@@ -1,0 +1,112 @@
+"""int8 weight-only quantization: per-output-channel symmetric int8 weights with float scales.
+
+Decoding one sequence reads every weight once per token, so on a CPU (and for small batches on
+a GPU) its speed is set by the bytes of the weights. ``Int8Linear`` keeps a quarter of fp32's
+bytes and multiplies with PyTorch's own weight-only kernel, ``torch._weight_int8pack_mm``
+(activations in bf16 or fp16; the CPU kernel is many times slower with fp32 activations, so
+fp32 activations are cast to bf16 for the product and back). With tied embeddings the LM head
+and the token embedding share one int8 table: an embedding row is a row of the LM head, and a
+per-row scale serves both.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+QMAX = 127
+
+
+def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int8 weight, float32 scale per output row) with ``weight ≈ qweight * scale[:, None]``."""
+    w = weight.detach().float()
+    scales = (w.abs().amax(dim=1) / QMAX).clamp(min=torch.finfo(torch.float32).tiny)
+    qweight = torch.round(w / scales[:, None]).clamp_(-QMAX, QMAX).to(torch.int8)
+    return qweight, scales
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The activation dtype the int8 kernel runs in for a model of ``dtype``."""
+    return dtype if dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
+
+
+class Int8Linear(nn.Module):
+    """``nn.Linear`` with int8 weights: ``y = (x @ qweight.T) * scales + bias``."""
+
+    qweight: torch.Tensor
+    scales: torch.Tensor
+
+    def __init__(
+        self,
+        qweight: torch.Tensor,
+        scales: torch.Tensor,
+        bias: torch.Tensor | None,
+        out_dtype: torch.dtype,
+    ) -> None:
+        super().__init__()
+        if qweight.dtype != torch.int8 or qweight.dim() != 2:
+            raise ValueError(f"qweight must be a 2-d int8 tensor, got {qweight.dtype}")
+        if scales.shape != (qweight.shape[0],):
+            raise ValueError(f"need one scale per output row: {tuple(scales.shape)}")
+        self.out_features, self.in_features = qweight.shape
+        self.out_dtype = out_dtype
+        self.compute_dtype = compute_dtype(out_dtype)
+        self.register_buffer("qweight", qweight.contiguous())
+        self.register_buffer("scales", scales.to(self.compute_dtype))
+        self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear) -> Int8Linear:
+        qweight, scales = quantize_weight(linear.weight)
+        return cls(qweight, scales, linear.bias, linear.weight.dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, self.in_features).to(self.compute_dtype)
+        y = torch._weight_int8pack_mm(flat, self.qweight, self.scales).to(self.out_dtype)
+        if self.bias is not None:
+            y += self.bias
+        return y.view(*shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
+
+
+class Int8Embedding(nn.Module):
+    """A token embedding that reads the rows of an ``Int8Linear`` LM head (tied weights)."""
+
+    def __init__(self, head: Int8Linear) -> None:
+        super().__init__()
+        self.head: list[Int8Linear] = [
+            head
+        ]  # a list: not a submodule, so its buffers are counted once
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        head = self.head[0]
+        rows = F.embedding(ids, head.qweight).to(head.out_dtype)
+        return rows * head.scales[ids, None].to(head.out_dtype)
+
+
+def quantize_linears(module: nn.Module) -> int:
+    """Replace every ``nn.Linear`` below ``module`` by an ``Int8Linear``; returns the count."""
+    count = 0
+    for name, child in list(module.named_children()):
+        if isinstance(child, nn.Linear):
+            setattr(module, name, Int8Linear.from_linear(child))
+            count += 1
+        else:
+            count += quantize_linears(child)
+    return count
+
+
+def weight_bytes(module: nn.Module) -> int:
+    """Bytes of a module's parameters and buffers (each shared tensor once)."""
+    seen: set[int] = set()
+    total = 0
+    for tensor in list(module.parameters()) + list(module.buffers()):
+        if tensor.data_ptr() in seen:
+            continue
+        seen.add(tensor.data_ptr())
+        total += tensor.numel() * tensor.element_size()
+    return total
