@@ -124,32 +124,45 @@ class BlockManager:
         return block_id
 
     # ---------------------------------------------------------------- append
-    def can_append(self, seq: Sequence) -> bool:
-        """Is there room for the slot of ``seq``'s newest token?"""
-        return self._num_blocks_to_append(seq) <= self.num_free_blocks
+    def can_append(self, seq: Sequence, num_slots: int = 1) -> bool:
+        """Is there room for the slot of ``seq``'s newest token, and for the ``num_slots - 1``
+        positions after it (draft tokens)?"""
+        return len(self._blocks_to_write(seq, num_slots)) <= self.num_free_blocks
 
-    def _num_blocks_to_append(self, seq: Sequence) -> int:
-        position = len(seq) - 1
-        index = position // self.block_size
-        if index >= len(seq.block_table):
-            return 1
-        return 1 if self.blocks[seq.block_table[index]].ref_count > 1 else 0  # copy on write
+    def _blocks_to_write(self, seq: Sequence, num_slots: int) -> list[int]:
+        """Indexes into the block table that need a new block (past its end) or a private copy
+        (shared) before positions ``len(seq) - 1 ..`` + ``num_slots`` can be written."""
+        first = (len(seq) - 1) // self.block_size
+        last = (len(seq) - 2 + num_slots) // self.block_size
+        table = seq.block_table
+        return [
+            index
+            for index in range(first, last + 1)
+            if index >= len(table) or self.blocks[table[index]].ref_count > 1
+        ]
 
-    def append_slot(self, seq: Sequence) -> None:
-        """Make the newest token's slot writable: a new block, or a private copy of a shared one."""
-        index = (len(seq) - 1) // self.block_size
-        if index >= len(seq.block_table):
+    def append_slot(self, seq: Sequence, num_slots: int = 1) -> None:
+        """Make the newest token's slot (and ``num_slots - 1`` more) writable: new blocks, or
+        private copies of shared ones."""
+        for index in self._blocks_to_write(seq, num_slots):
             block_id = self._take_free_block()
             self.blocks[block_id].ref_count = 1
-            seq.block_table.append(block_id)
-            return
-        shared = self.blocks[seq.block_table[index]]
-        if shared.ref_count > 1:
-            block_id = self._take_free_block()
-            self.blocks[block_id].ref_count = 1
+            if index >= len(seq.block_table):
+                seq.block_table.append(block_id)
+                continue
+            shared = self.blocks[seq.block_table[index]]
             shared.ref_count -= 1
             seq.block_table[index] = block_id
             self.pending_copies.append((shared.block_id, block_id))
+
+    def trim(self, seq: Sequence) -> None:
+        """Free the blocks past ``seq``'s last token (slots of rejected draft tokens)."""
+        keep = self.blocks_needed(len(seq))
+        while len(seq.block_table) > keep:
+            block = self.blocks[seq.block_table.pop()]
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self.free_block_ids.append(block.block_id)
 
     # ------------------------------------------------------------ fork, free
     def fork(self, parent: Sequence, child: Sequence) -> None:

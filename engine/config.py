@@ -7,6 +7,7 @@ from pathlib import Path
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
 _QUANTIZATIONS = (None, "int8")
+_SPECULATIVE = (None, "prompt_lookup")
 
 
 @dataclass(slots=True)
@@ -49,6 +50,20 @@ class EngineConfig:
     head's too) as per-channel int8 with float scales, computed at load: a quarter of fp32's
     weight bytes, and faster decoding where reading the weights is the bottleneck (our engine
     only)."""
+    speculative: str | None = None
+    """None decodes one token per step; "prompt_lookup" also computes up to
+    ``num_speculative_tokens`` guesses copied from the sequence's own prompt and output (after
+    the latest earlier occurrence of its newest n-gram) and keeps those the model agrees with:
+    the same greedy tokens (the same distribution when sampling) in fewer steps."""
+    num_speculative_tokens: int = 4
+    """Prompt lookup: draft length k."""
+    prompt_lookup_max: int = 3
+    """Prompt lookup: longest n-gram matched (tried first)."""
+    prompt_lookup_min: int = 1
+    """Prompt lookup: shortest n-gram matched."""
+    speculative_max_seqs: int = 4
+    """Prompt lookup drafts only while at most this many sequences decode: a larger batch
+    already keeps the machine busy (docs/benchmarks.md, engine (g))."""
     cuda_graphs: bool = False
     """Replay decode steps as CUDA graphs (CUDA only): one launch per step instead of hundreds,
     for decode batches up to ``max_num_seqs``. Each shape bucket is captured the first time it
@@ -64,6 +79,14 @@ class EngineConfig:
             raise ValueError(
                 f"quantization must be one of {_QUANTIZATIONS}, got {self.quantization!r}"
             )
+        if self.speculative not in _SPECULATIVE:
+            raise ValueError(f"speculative must be one of {_SPECULATIVE}, got {self.speculative!r}")
+        if self.speculative is not None:
+            from engine.speculative import PromptLookup
+
+            PromptLookup(
+                self.num_speculative_tokens, self.prompt_lookup_max, self.prompt_lookup_min
+            )  # validates the three
         if self.max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
         if self.block_size < 1 or self.max_num_batched_tokens < 1 or self.kv_cache_memory_bytes < 1:

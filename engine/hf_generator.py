@@ -84,10 +84,10 @@ class HFGenerator:
 
     def __init__(self, config: EngineConfig | None = None, *, source: ModelSource | None = None):
         self.config = config or EngineConfig()
-        if self.config.quantization is not None:
+        if self.config.quantization is not None or self.config.speculative is not None:
             raise ValueError(
-                f"quantization {self.config.quantization!r} is a feature of our engine; the "
-                "transformers baseline runs the model's own weights"
+                "quantization and speculative decoding are features of our engine; the "
+                "transformers baseline runs the model's own weights one token at a time"
             )
         self.source = source or resolve_model(self.config.model, allow_hub=self.config.allow_hub)
         self.device = self.config.resolved_device()

@@ -17,7 +17,7 @@ import torch
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.errors import ModelLoadError
-from engine.layers.sampler import SampleRow, sample
+from engine.layers.sampler import SampleRow, sample, verify_draft
 from engine.model_loader import load_config_and_tokenizer, load_state_dict, resolve_model
 from engine.model_runner import ModelRunner
 from engine.models.llama import SUPPORTED_MODEL_TYPES, LlamaForCausalLM
@@ -26,6 +26,7 @@ from engine.prompts import Prompt, PromptTokenizer, eos_token_ids
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
+from engine.speculative import PromptLookup
 from engine.stopping import StopChecker
 
 OutputSink = Callable[[RequestOutput], None]
@@ -69,6 +70,12 @@ class EngineStats:
     num_cuda_graphs: int = 0
     num_cuda_graph_steps: int = 0
     cuda_graph_capture_s: float = 0.0
+    num_draft_tokens: int = 0
+    """Speculative decoding: draft tokens computed since start..."""
+    num_accepted_tokens: int = 0
+    """...and those of them accepted."""
+    num_steps_without_speculation: int = 0
+    """Steps that drafted nothing because too many sequences were decoding."""
 
 
 class LLMEngine:
@@ -104,12 +111,23 @@ class LLMEngine:
         self.block_manager = BlockManager(
             num_blocks, config.block_size, config.enable_prefix_caching
         )
+        proposer = (
+            PromptLookup(
+                config.num_speculative_tokens,
+                config.prompt_lookup_max,
+                config.prompt_lookup_min,
+            )
+            if config.speculative == "prompt_lookup"
+            else None
+        )
         self.scheduler = Scheduler(
             self.block_manager,
             max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=config.max_num_batched_tokens,
             reserve_max_tokens=config.reserve_max_tokens,
             max_model_len=self.max_model_len,
+            propose=proposer.propose if proposer else None,
+            max_speculative_seqs=config.speculative_max_seqs,
         )
         max_blocks_per_seq = -(-self.max_model_len // config.block_size)
         self.runner = ModelRunner(
@@ -126,6 +144,8 @@ class LLMEngine:
         self._lock = threading.RLock()
         self._num_generated = 0
         self._num_prompt_tokens = 0
+        self._num_draft_tokens = 0
+        self._num_accepted_tokens = 0
         self._started = time.perf_counter()
 
     # ------------------------------------------------------------- interface
@@ -250,6 +270,9 @@ class LLMEngine:
             num_cuda_graphs=len(graphs.shapes) if graphs else 0,
             num_cuda_graph_steps=graphs.num_replays if graphs else 0,
             cuda_graph_capture_s=graphs.capture_time_s if graphs else 0.0,
+            num_draft_tokens=self._num_draft_tokens,
+            num_accepted_tokens=self._num_accepted_tokens,
+            num_steps_without_speculation=self.scheduler.num_steps_without_speculation,
         )
 
     # ------------------------------------------------------------------ step
@@ -267,7 +290,8 @@ class LLMEngine:
             self.block_manager.pending_copies.clear()
             sampling, logits = self.runner.run(batch)
             for seq, num_tokens in batch.items:
-                seq.num_computed_tokens += num_tokens
+                # Draft tokens count as computed only once accepted.
+                seq.num_computed_tokens += num_tokens - len(seq.draft_token_ids)
                 self.block_manager.register_computed_blocks(seq)
             touched = self._sample_and_append(sampling, logits)
             outputs = [self._output(self._requests[r]) for r in touched if r in self._requests]
@@ -294,7 +318,15 @@ class LLMEngine:
         rows: list[SampleRow] = []
         targets: list[Sequence] = []
         logit_rows: list[int] = []
-        for row, seq in enumerate(sampling):
+        touched: dict[str, None] = {}
+        row = 0
+        for seq in sampling:
+            if seq.draft_token_ids:
+                num_rows = 1 + len(seq.draft_token_ids)
+                self._accept_draft(seq, logits[row : row + num_rows])
+                touched[seq.request_id] = None
+                row += num_rows
+                continue
             request = self._requests[seq.request_id]
             group = [seq]
             if seq.num_output_tokens == 0 and len(request.seqs) < request.params.n:
@@ -310,26 +342,57 @@ class LLMEngine:
                 )
                 targets.append(member)
                 logit_rows.append(row)
-        if not targets:
-            return []
-        result = sample(logits[torch.tensor(logit_rows, device=logits.device)], rows)
-        now = time.perf_counter()
-        touched: dict[str, None] = {}
-        for seq, token, logprob, top in zip(
-            targets, result.token_ids, result.logprobs, result.top_logprobs, strict=True
-        ):
-            seq.token_ids.append(token)
-            seq.logprobs.append(logprob)
-            if top is not None:
-                seq.top_logprobs.append(top)
-            seq.token_times.append(now)
-            self._num_generated += 1
-            timing = self._requests[seq.request_id].timing
-            timing.first_token_time = timing.first_token_time or now
-            if self.stopping.check(seq):
-                self.scheduler.finish(seq)
-            touched[seq.request_id] = None
+            row += 1
+        if targets:
+            result = sample(logits[torch.tensor(logit_rows, device=logits.device)], rows)
+            for seq, token, logprob, top in zip(
+                targets, result.token_ids, result.logprobs, result.top_logprobs, strict=True
+            ):
+                self._append(seq, token, logprob, top)
+                touched[seq.request_id] = None
         return list(touched)
+
+    def _append(
+        self, seq: Sequence, token: int, logprob: float, top: dict[int, float] | None
+    ) -> bool:
+        """Add one generated token; True when it ended the sequence (whose blocks are freed)."""
+        now = time.perf_counter()
+        seq.token_ids.append(token)
+        seq.logprobs.append(logprob)
+        if top is not None:
+            seq.top_logprobs.append(top)
+        seq.token_times.append(now)
+        self._num_generated += 1
+        timing = self._requests[seq.request_id].timing
+        timing.first_token_time = timing.first_token_time or now
+        if self.stopping.check(seq):
+            self.scheduler.finish(seq)
+            return True
+        return False
+
+    def _accept_draft(self, seq: Sequence, logits: torch.Tensor) -> None:
+        """Verify ``seq``'s draft tokens against the model's ``logits`` for them, keep the
+        accepted ones (their keys and values are already in the cache) and the token after them,
+        and give back the slots of the rejected ones."""
+        draft, seq.draft_token_ids = seq.draft_token_ids, []
+        prompt_ids = self._requests[seq.request_id].prompt_token_ids
+        output_ids = seq.output_token_ids
+        rows = [
+            SampleRow(seq.params, prompt_ids, output_ids + draft[:j], seq.generator)
+            for j in range(len(draft) + 1)
+        ]
+        result = verify_draft(logits, rows, draft)
+        num_accepted = len(result.token_ids) - 1
+        self._num_draft_tokens += len(draft)
+        self._num_accepted_tokens += num_accepted
+        seq.num_computed_tokens += num_accepted
+        for token, logprob, top in zip(
+            result.token_ids, result.logprobs, result.top_logprobs, strict=True
+        ):
+            if self._append(seq, token, logprob, top):
+                return
+        self.block_manager.register_computed_blocks(seq)
+        self.block_manager.trim(seq)
 
     def _fork(self, request: _Request, parent: Sequence) -> list[Sequence]:
         children = []

@@ -119,7 +119,7 @@ class ModelRunner:
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> tuple[list[Sequence], torch.Tensor]:
         """Compute the scheduled tokens; return the sequences that reached their end (and so
-        sample a next token) with their logits, one row each."""
+        sample a next token) with their logits: one row each, and one more per draft token."""
         graphs = self.decode_graphs
         if graphs is not None and _is_decode_only(batch):
             seqs = [seq for seq, _ in batch.items]
@@ -152,14 +152,15 @@ class ModelRunner:
         for seq, num_tokens in batch.items:
             start = seq.num_computed_tokens
             end = start + num_tokens
-            token_ids += seq.token_ids[start:end]
+            draft = seq.draft_token_ids
+            token_ids += (seq.token_ids + draft)[start:end] if draft else seq.token_ids[start:end]
             positions += range(start, end)
             query_lens.append(num_tokens)
             context_lens.append(end)
             block_tables.append(seq.block_table)
-            if end == len(seq):
+            if end >= len(seq):  # the last real token, and any drafts after it, give logits
                 sampling.append(seq)
-                last_rows.append(len(token_ids) - 1)
+                last_rows += range(len(token_ids) - 1 - len(draft), len(token_ids))
         dev = self.device
         pos = torch.tensor(positions, dtype=torch.long)
         q_lens = torch.tensor(query_lens)
@@ -170,7 +171,7 @@ class ModelRunner:
         groups: list[CausalChunk | PagedGroup] = []
         decodes: list[int] = []
         for i, (n, first) in enumerate(zip(query_lens, starts.tolist(), strict=True)):
-            if n == 1:
+            if n == 1 or batch.items[i][0].draft_token_ids:  # a decode, with or without drafts
                 decodes.append(i)
             elif context_lens[i] == n:  # a prompt's first chunk: nothing cached to read back
                 groups.append(CausalChunk(start=first, length=n))
@@ -194,7 +195,10 @@ class ModelRunner:
 
 def _is_decode_only(batch: ScheduledBatch) -> bool:
     """Every scheduled sequence computes exactly its last token (and so samples the next)."""
-    return all(n == 1 and seq.num_computed_tokens + 1 == len(seq) for seq, n in batch.items)
+    return all(
+        n == 1 and seq.num_computed_tokens + 1 == len(seq) and not seq.draft_token_ids
+        for seq, n in batch.items
+    )
 
 
 def _pad_tables(block_tables: list[list[int]]) -> torch.Tensor:

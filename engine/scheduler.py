@@ -10,11 +10,17 @@ recomputing a preempted prompt costs more than the concurrency given up. When a 
 for its next token anyway (no reservation, or copy-on-write of a shared block), the most recently
 admitted running sequence is preempted: its blocks are freed and it waits at the front of the queue
 to be recomputed.
+
+With a draft proposer (speculative decoding) a decode also computes the proposer's guesses at its
+next tokens, when the budget and the free blocks allow them without preempting anyone, and while
+no more than ``max_speculative_seqs`` sequences decode: a large batch already keeps the machine
+busy, and every guess rejected there is work taken from another sequence.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine.block_manager import BlockManager
@@ -45,7 +51,11 @@ class Scheduler:
         max_num_batched_tokens: int,
         reserve_max_tokens: bool = False,
         max_model_len: int | None = None,
+        propose: Callable[[list[int], int], list[int]] | None = None,
+        max_speculative_seqs: int = 0,
     ):
+        """``propose(token_ids, limit)`` returns up to ``limit`` draft tokens to follow
+        ``token_ids``; drafts are asked for while at most ``max_speculative_seqs`` decode."""
         if max_num_batched_tokens < 1 or max_num_seqs < 1:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
         self.block_manager = block_manager
@@ -56,6 +66,10 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        self.propose = propose
+        self.max_speculative_seqs = max_speculative_seqs
+        self.num_steps_without_speculation = 0
+        """Steps whose decodes outnumbered ``max_speculative_seqs``, so drafted nothing."""
 
     @property
     def has_unfinished(self) -> bool:
@@ -86,14 +100,20 @@ class Scheduler:
         # Decodes first (one token each), then prefill chunks: a long prompt never stalls them.
         decoding = [s for s in self.running if s.num_uncomputed_tokens == 1]
         prefilling = [s for s in self.running if s.num_uncomputed_tokens > 1]
+        speculate = self.propose is not None and len(decoding) <= self.max_speculative_seqs
+        if self.propose is not None and decoding and not speculate:
+            self.num_steps_without_speculation += 1
         for seq in decoding + prefilling:
             if budget == 0:
                 break
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
             num_tokens = min(seq.num_uncomputed_tokens, budget)
-            if seq.num_uncomputed_tokens == 1 and not self._make_room(seq, batch, scheduled):
-                continue  # it preempted itself
+            if seq.num_uncomputed_tokens == 1:
+                if speculate and self._draft(seq, budget):
+                    num_tokens += len(seq.draft_token_ids)
+                elif not self._make_room(seq, batch, scheduled):
+                    continue  # it preempted itself
             batch.items.append((seq, num_tokens))
             scheduled.add(seq.seq_id)
             budget -= num_tokens
@@ -128,6 +148,23 @@ class Scheduler:
         reserved = sum(max(0, self._final_blocks(s) - len(s.block_table)) for s in self.running)
         return needed + reserved <= self.block_manager.num_free_blocks
 
+    def _draft(self, seq: Sequence, budget: int) -> bool:
+        """Give a decoding ``seq`` draft tokens and their slots when there is room for them
+        without preempting anyone; False (and no drafts) otherwise. A sequence not yet sampled
+        gets none: its first token forks the request's n samples."""
+        assert self.propose is not None
+        if seq.num_output_tokens == 0:
+            return False
+        limit = min(budget - 1, seq.params.max_tokens - seq.num_output_tokens - 1)
+        if self.max_model_len is not None:
+            limit = min(limit, self.max_model_len - len(seq) - 1)
+        draft = self.propose(seq.token_ids, limit) if limit > 0 else []
+        if not draft or not self.block_manager.can_append(seq, 1 + len(draft)):
+            return False
+        self.block_manager.append_slot(seq, 1 + len(draft))
+        seq.draft_token_ids = draft
+        return True
+
     def _make_room(self, seq: Sequence, batch: ScheduledBatch, scheduled: set[int]) -> bool:
         """Ensure ``seq``'s next slot, preempting the newest other sequences; False if ``seq``
         itself had to be preempted."""
@@ -142,6 +179,7 @@ class Scheduler:
 
     def _preempt(self, seq: Sequence, batch: ScheduledBatch) -> None:
         self.running.remove(seq)
+        seq.draft_token_ids = []
         self.block_manager.free(seq)
         seq.status = SequenceStatus.WAITING
         self.waiting.appendleft(seq)

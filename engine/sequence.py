@@ -44,6 +44,9 @@ class Sequence:
     stop_reason: str | int | None = None
     generator: torch.Generator | None = None
     """Per-sequence random generator when the request has a seed."""
+    draft_token_ids: list[int] = field(default_factory=list)
+    """Guesses at the next tokens, computed in this step after the last real token and then
+    accepted or rejected (speculative decoding); empty outside a step."""
 
     def __len__(self) -> int:
         return len(self.token_ids)

@@ -392,6 +392,11 @@ def engine_config(settings: Settings) -> EngineConfig:
         reserve_max_tokens=settings.reserve_max_tokens,
         cuda_graphs=settings.cuda_graphs,
         quantization=settings.quantization,
+        speculative=settings.speculative,
+        num_speculative_tokens=settings.num_speculative_tokens,
+        prompt_lookup_max=settings.prompt_lookup_max,
+        prompt_lookup_min=settings.prompt_lookup_min,
+        speculative_max_seqs=settings.speculative_max_seqs,
         cache_dir=settings.model_cache_dir,
         allow_hub=settings.allow_hub,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MAX_QUESTION_CHARS = 2000
@@ -51,6 +51,19 @@ class Settings(BaseSettings):
         None,
         description="engine weights: empty = the model's dtype; int8 = per-channel int8 "
         "weight-only linear layers (a quarter of fp32's bytes)",
+    )
+    speculative: Literal["prompt_lookup"] | None = Field(
+        None,
+        description="engine speculative decoding: empty = off; prompt_lookup = draft tokens "
+        "copied from the prompt and answer so far, kept when the model agrees",
+    )
+    num_speculative_tokens: int = Field(4, ge=1, le=16, description="prompt lookup draft length")
+    prompt_lookup_max: int = Field(
+        3, ge=1, le=16, description="longest n-gram prompt lookup matches"
+    )
+    prompt_lookup_min: int = Field(1, ge=1, le=16, description="shortest n-gram it matches")
+    speculative_max_seqs: int = Field(
+        4, ge=0, le=1024, description="prompt lookup drafts only while at most this many decode"
     )
 
     # Serving
@@ -225,15 +238,25 @@ class Settings(BaseSettings):
         "max_queue_wait_s",
         "max_queue_wait_services",
         "quantization",
+        "speculative",
         mode="before",
     )
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         """``RAGGUARD_MAX_QUEUE_WAIT_S=`` (empty) turns the bound off, as documented; "none"
-        says the same for the quantization."""
+        says the same (quantization and speculative decoding off, too)."""
         if isinstance(value, str) and value.strip().lower() in ("", "none"):
             return None
         return value
+
+    @model_validator(mode="after")
+    def _lookup_range(self) -> Settings:
+        if self.prompt_lookup_min > self.prompt_lookup_max:
+            raise ValueError(
+                f"prompt_lookup_min ({self.prompt_lookup_min}) must not exceed "
+                f"prompt_lookup_max ({self.prompt_lookup_max})"
+            )
+        return self
 
     @field_validator("log_level", mode="before")
     @classmethod

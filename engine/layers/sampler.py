@@ -141,3 +141,52 @@ def sample(logits: torch.Tensor, rows: list[SampleRow]) -> SampleResult:
                 k = r.params.logprobs
                 tops[i] = dict(zip(indices[i, :k].tolist(), values[i, :k].tolist(), strict=True))
     return SampleResult(chosen.tolist(), chosen_logprobs.tolist(), tops)
+
+
+def verify_draft(logits: torch.Tensor, rows: list[SampleRow], draft: list[int]) -> SampleResult:
+    """Accept a prefix of one sequence's ``draft`` tokens and choose one token after it.
+
+    ``logits`` (len(draft) + 1, vocab) are the model's predictions after the last real token and
+    after each draft token; ``rows[j]`` is the sequence as it would be with ``draft[:j]``
+    accepted (its penalties see them). Greedy: the drafts are accepted while each is the argmax,
+    then the argmax follows, exactly the tokens decoding one at a time would choose. Sampling:
+    a draft token ``d`` proposed with certainty is accepted with probability ``p(d)``; the first
+    rejected one is replaced by a draw from ``p`` without ``d``, renormalised; if every draft is
+    accepted the next token is drawn from ``p`` (speculative sampling's rule for a point-mass
+    draft, which leaves the distribution of the output unchanged). Returns the accepted drafts
+    and the token after them, with their raw log-probabilities."""
+    if len(rows) != len(draft) + 1 or logits.shape[0] != len(rows):
+        raise ValueError("verify_draft needs one row of logits per draft token, plus one")
+    raw_logprobs = torch.log_softmax(logits, dim=-1)
+    processed = apply_penalties(logits.clone(), rows)
+    params, generator = rows[0].params, rows[0].generator
+    tokens: list[int] = []
+    if params.is_greedy:
+        targets = processed.argmax(dim=-1).tolist()
+        while len(tokens) < len(draft) and draft[len(tokens)] == targets[len(tokens)]:
+            tokens.append(draft[len(tokens)])
+        tokens.append(targets[len(tokens)])
+    else:
+        probs = apply_warpers(processed, rows).softmax(dim=-1)
+        uniform = torch.rand(len(draft), generator=generator, device=probs.device).tolist()
+        for j, token in enumerate(draft):
+            if uniform[j] < float(probs[j, token]):
+                tokens.append(token)
+                continue
+            residual = probs[j].clone()
+            residual[token] = 0.0
+            tokens.append(int(torch.multinomial(residual, 1, generator=generator)))
+            break
+        else:
+            tokens.append(int(torch.multinomial(probs[-1], 1, generator=generator)))
+    positions = torch.arange(len(tokens), device=logits.device)
+    chosen = torch.tensor(tokens, device=logits.device)
+    chosen_logprobs = raw_logprobs[positions, chosen].tolist()
+    tops: list[dict[int, float] | None] = [None] * len(tokens)
+    if params.logprobs:
+        values, indices = raw_logprobs[: len(tokens)].topk(params.logprobs, dim=-1)
+        tops = [
+            dict(zip(i.tolist(), v.tolist(), strict=True))
+            for i, v in zip(indices, values, strict=True)
+        ]
+    return SampleResult(tokens, chosen_logprobs, tops)

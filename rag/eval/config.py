@@ -34,6 +34,11 @@ ENGINE_FIELDS = (
     "max_num_batched_tokens",
     "kv_cache_memory_mb",
     "quantization",
+    "speculative",
+    "num_speculative_tokens",
+    "prompt_lookup_max",
+    "prompt_lookup_min",
+    "speculative_max_seqs",
 )
 """Settings that change the loaded generator: configurations equal on these share one."""
 EMBEDDER_FIELDS = ("embedding_model", "device", "allow_hub")

@@ -68,6 +68,19 @@ class _EngineCollector(Collector):
         yield _counter(
             "num_preemptions", "sequences preempted for lack of KV blocks", stats.num_preemptions
         )
+        yield _counter(
+            "spec_decode_num_draft_tokens", "draft tokens computed", stats.num_draft_tokens
+        )
+        yield _counter(
+            "spec_decode_num_accepted_tokens",
+            "draft tokens the model agreed with",
+            stats.num_accepted_tokens,
+        )
+        yield _counter(
+            "spec_decode_num_steps_off",
+            "engine steps that drafted nothing because too many sequences were decoding",
+            stats.num_steps_without_speculation,
+        )
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

@@ -66,7 +66,7 @@ def test_a_bad_quantization_is_a_clear_error() -> None:
         EngineConfig(quantization="int4")
     from engine.hf_generator import HFGenerator
 
-    with pytest.raises(ValueError, match="feature of our engine"):
+    with pytest.raises(ValueError, match="features of our engine"):
         HFGenerator(EngineConfig(quantization="int8"))
 
 

@@ -224,3 +224,25 @@ def test_an_unknown_quantization_setting_is_refused(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("RAGGUARD_QUANTIZATION", "int4")
     with pytest.raises(ValidationError, match="int8"):
         Settings(_env_file=None)
+
+
+def test_the_speculative_settings_reach_the_engine_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import ValidationError
+
+    from rag.pipeline import engine_config
+    from rag.settings import Settings
+
+    monkeypatch.setenv("RAGGUARD_SPECULATIVE", "prompt_lookup")
+    monkeypatch.setenv("RAGGUARD_NUM_SPECULATIVE_TOKENS", "6")
+    monkeypatch.setenv("RAGGUARD_PROMPT_LOOKUP_MIN", "2")
+    config = engine_config(Settings(_env_file=None))
+    assert (config.speculative, config.num_speculative_tokens, config.prompt_lookup_min) == (
+        "prompt_lookup",
+        6,
+        2,
+    )
+    monkeypatch.setenv("RAGGUARD_SPECULATIVE", "")
+    assert engine_config(Settings(_env_file=None)).speculative is None
+    monkeypatch.setenv("RAGGUARD_PROMPT_LOOKUP_MIN", "5")
+    with pytest.raises(ValidationError, match="prompt_lookup_min"):
+        Settings(_env_file=None)

@@ -232,7 +232,37 @@ def test_metrics_are_prometheus_histograms_gauges_and_counters(live: Live) -> No
         values["ragguard:prefix_cache_queries_total"] >= values["ragguard:prefix_cache_hits_total"]
     )
     assert values["ragguard:prefix_cache_hits_total"] > 0  # the second ask reused the prompt
+    # Speculative decoding is off by default: its counters are there, at zero.
+    for counter in ("num_draft_tokens", "num_accepted_tokens", "num_steps_off"):
+        assert values[f"ragguard:spec_decode_{counter}_total"] == 0
     assert 0 <= values["ragguard:kv_cache_usage_perc"] <= 1
     assert values["ragguard:num_requests_running"] == 0
     assert values["ragguard:num_requests_waiting"] == 0
     assert values["ragguard:request_rejected_total"] == 0
+
+
+def test_speculative_decoding_counters_come_from_the_engine_stats() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from engine.llm_engine import EngineStats
+    from rag.server.telemetry import LoadCounts, _EngineCollector
+
+    stats = EngineStats(
+        num_running=1,
+        num_waiting=0,
+        num_kv_blocks=10,
+        num_kv_blocks_used=2,
+        prefix_cache_hit_rate=0.0,
+        num_preemptions=0,
+        num_generated_tokens=40,
+        generated_tokens_per_s=1.0,
+        num_draft_tokens=30,
+        num_accepted_tokens=12,
+        num_steps_without_speculation=5,
+    )
+    registry = CollectorRegistry()
+    registry.register(_EngineCollector(lambda: stats, LoadCounts))
+    value = registry.get_sample_value
+    assert value("ragguard:spec_decode_num_draft_tokens_total") == 30
+    assert value("ragguard:spec_decode_num_accepted_tokens_total") == 12
+    assert value("ragguard:spec_decode_num_steps_off_total") == 5
