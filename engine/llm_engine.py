@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,37 +17,20 @@ import torch
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.errors import ModelLoadError
-from engine.layers.sampler import SampleRow, sample, verify_draft
 from engine.model_loader import load_config_and_tokenizer, load_state_dict, resolve_model
 from engine.model_runner import ModelRunner
 from engine.models.llama import SUPPORTED_MODEL_TYPES, LlamaForCausalLM
+from engine.output_processor import OutputProcessor
 from engine.outputs import CompletionOutput, FinishReason, RequestOutput, RequestTiming
 from engine.prompts import Prompt, PromptTokenizer, eos_token_ids
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
-from engine.sequence import Sequence
+from engine.sequence import Request, Sequence
 from engine.speculative import PromptLookup
 from engine.stopping import StopChecker
 
 OutputSink = Callable[[RequestOutput], None]
 logger = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class _Request:
-    request_id: str
-    prompt: str | None
-    prompt_token_ids: list[int]
-    params: SamplingParams
-    timing: RequestTiming
-    seqs: list[Sequence] = field(default_factory=list)
-
-    aborted: bool = False
-
-    @property
-    def finished(self) -> bool:
-        done = len(self.seqs) == self.params.n and all(s.is_finished for s in self.seqs)
-        return self.aborted or done
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,14 +121,12 @@ class LLMEngine:
             dtype,
             decode_graphs=(config.max_num_seqs, max_blocks_per_seq) if config.cuda_graphs else None,
         )
-        self._requests: dict[str, _Request] = {}
+        self._requests: dict[str, Request] = {}
         self._sinks: dict[str, OutputSink] = {}
         self._collected: dict[str, RequestOutput] = {}
         self._lock = threading.RLock()
-        self._num_generated = 0
+        self.outputs = OutputProcessor(self._requests, self.scheduler, self.stopping, self.device)
         self._num_prompt_tokens = 0
-        self._num_draft_tokens = 0
-        self._num_accepted_tokens = 0
         self._started = time.perf_counter()
 
     # ------------------------------------------------------------- interface
@@ -189,7 +170,7 @@ class LLMEngine:
         with self._lock:
             if request_id in self._requests:
                 raise ValueError(f"request id {request_id!r} is already in use")
-            request = _Request(
+            request = Request(
                 request_id,
                 prompt if isinstance(prompt, str) else None,
                 ids,
@@ -197,7 +178,7 @@ class LLMEngine:
                 RequestTiming(arrival_time=time.perf_counter()),
             )
             seq = Sequence(request_id, 0, list(ids), len(ids), params)
-            seq.generator = self._generator(params, 0)
+            seq.generator = self.outputs.random_generator(params, 0)
             request.seqs.append(seq)
             self._requests[request_id] = request
             self._num_prompt_tokens += len(ids)
@@ -252,7 +233,7 @@ class LLMEngine:
         return [self._collected.pop(i) for i in request_ids]
 
     def stats(self) -> EngineStats:
-        bm = self.block_manager
+        bm, outputs = self.block_manager, self.outputs
         elapsed = time.perf_counter() - self._started
         graphs = self.runner.decode_graphs
         return EngineStats(
@@ -262,16 +243,16 @@ class LLMEngine:
             num_kv_blocks_used=bm.num_used_blocks,
             prefix_cache_hit_rate=bm.prefix_cache_hit_rate,
             num_preemptions=self.scheduler.num_preemptions,
-            num_generated_tokens=self._num_generated,
-            generated_tokens_per_s=self._num_generated / elapsed if elapsed > 0 else 0.0,
+            num_generated_tokens=outputs.num_generated,
+            generated_tokens_per_s=outputs.num_generated / elapsed if elapsed > 0 else 0.0,
             num_prompt_tokens=self._num_prompt_tokens,
             num_prefix_queries=bm.num_prefix_queries,
             num_prefix_hits=bm.num_prefix_hits,
             num_cuda_graphs=len(graphs.shapes) if graphs else 0,
             num_cuda_graph_steps=graphs.num_replays if graphs else 0,
             cuda_graph_capture_s=graphs.capture_time_s if graphs else 0.0,
-            num_draft_tokens=self._num_draft_tokens,
-            num_accepted_tokens=self._num_accepted_tokens,
+            num_draft_tokens=outputs.num_draft_tokens,
+            num_accepted_tokens=outputs.num_accepted_tokens,
             num_steps_without_speculation=self.scheduler.num_steps_without_speculation,
         )
 
@@ -293,7 +274,7 @@ class LLMEngine:
                 # Draft tokens count as computed only once accepted.
                 seq.num_computed_tokens += num_tokens - len(seq.draft_token_ids)
                 self.block_manager.register_computed_blocks(seq)
-            touched = self._sample_and_append(sampling, logits)
+            touched = self.outputs.process(sampling, logits)
             outputs = [self._output(self._requests[r]) for r in touched if r in self._requests]
             for out in outputs:
                 self._deliver(out)
@@ -314,109 +295,7 @@ class LLMEngine:
             except Exception:  # a caller that went away must not stop the engine
                 logger.warning("dropping output of request %s", output.request_id, exc_info=True)
 
-    def _sample_and_append(self, sampling: list[Sequence], logits: torch.Tensor) -> list[str]:
-        rows: list[SampleRow] = []
-        targets: list[Sequence] = []
-        logit_rows: list[int] = []
-        touched: dict[str, None] = {}
-        row = 0
-        for seq in sampling:
-            if seq.draft_token_ids:
-                num_rows = 1 + len(seq.draft_token_ids)
-                self._accept_draft(seq, logits[row : row + num_rows])
-                touched[seq.request_id] = None
-                row += num_rows
-                continue
-            request = self._requests[seq.request_id]
-            group = [seq]
-            if seq.num_output_tokens == 0 and len(request.seqs) < request.params.n:
-                group += self._fork(request, seq)  # the n samples share the prompt's blocks
-            for member in group:
-                rows.append(
-                    SampleRow(
-                        member.params,
-                        request.prompt_token_ids,
-                        member.output_token_ids,
-                        member.generator,
-                    )
-                )
-                targets.append(member)
-                logit_rows.append(row)
-            row += 1
-        if targets:
-            result = sample(logits[torch.tensor(logit_rows, device=logits.device)], rows)
-            for seq, token, logprob, top in zip(
-                targets, result.token_ids, result.logprobs, result.top_logprobs, strict=True
-            ):
-                self._append(seq, token, logprob, top)
-                touched[seq.request_id] = None
-        return list(touched)
-
-    def _append(
-        self, seq: Sequence, token: int, logprob: float, top: dict[int, float] | None
-    ) -> bool:
-        """Add one generated token; True when it ended the sequence (whose blocks are freed)."""
-        now = time.perf_counter()
-        seq.token_ids.append(token)
-        seq.logprobs.append(logprob)
-        if top is not None:
-            seq.top_logprobs.append(top)
-        seq.token_times.append(now)
-        self._num_generated += 1
-        timing = self._requests[seq.request_id].timing
-        timing.first_token_time = timing.first_token_time or now
-        if self.stopping.check(seq):
-            self.scheduler.finish(seq)
-            return True
-        return False
-
-    def _accept_draft(self, seq: Sequence, logits: torch.Tensor) -> None:
-        """Verify ``seq``'s draft tokens against the model's ``logits`` for them, keep the
-        accepted ones (their keys and values are already in the cache) and the token after them,
-        and give back the slots of the rejected ones."""
-        draft, seq.draft_token_ids = seq.draft_token_ids, []
-        prompt_ids = self._requests[seq.request_id].prompt_token_ids
-        output_ids = seq.output_token_ids
-        rows = [
-            SampleRow(seq.params, prompt_ids, output_ids + draft[:j], seq.generator)
-            for j in range(len(draft) + 1)
-        ]
-        result = verify_draft(logits, rows, draft)
-        num_accepted = len(result.token_ids) - 1
-        self._num_draft_tokens += len(draft)
-        self._num_accepted_tokens += num_accepted
-        seq.num_computed_tokens += num_accepted
-        for token, logprob, top in zip(
-            result.token_ids, result.logprobs, result.top_logprobs, strict=True
-        ):
-            if self._append(seq, token, logprob, top):
-                return
-        self.block_manager.register_computed_blocks(seq)
-        self.block_manager.trim(seq)
-
-    def _fork(self, request: _Request, parent: Sequence) -> list[Sequence]:
-        children = []
-        for index in range(len(request.seqs), request.params.n):
-            child = Sequence(
-                request.request_id,
-                index,
-                list(parent.token_ids),
-                parent.num_prompt_tokens,
-                request.params,
-            )
-            child.generator = self._generator(request.params, index)
-            self.block_manager.fork(parent, child)
-            self.scheduler.add_running(child)
-            request.seqs.append(child)
-            children.append(child)
-        return children
-
-    def _generator(self, params: SamplingParams, index: int) -> torch.Generator | None:
-        if params.seed is None or params.is_greedy:
-            return None
-        return torch.Generator(device=self.device).manual_seed(params.seed + index)
-
-    def _output(self, request: _Request) -> RequestOutput:
+    def _output(self, request: Request) -> RequestOutput:
         completions = []
         for seq in request.seqs:
             completions.append(

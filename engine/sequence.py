@@ -1,4 +1,5 @@
-"""One sequence's mutable state: its tokens, its KV blocks and where it is in its life."""
+"""One sequence's mutable state (its tokens, its KV blocks, where it is in its life) and the
+request that groups a prompt's n sequences."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.outputs import FinishReason
+from engine.outputs import FinishReason, RequestTiming
 from engine.sampling_params import SamplingParams
 
 _ids = itertools.count()
@@ -66,3 +67,22 @@ class Sequence:
     @property
     def num_uncomputed_tokens(self) -> int:
         return len(self.token_ids) - self.num_computed_tokens
+
+
+@dataclass(slots=True)
+class Request:
+    """One generation request: its prompt, parameters, timing and its n sequences."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    timing: RequestTiming
+    seqs: list[Sequence] = field(default_factory=list)
+
+    aborted: bool = False
+
+    @property
+    def finished(self) -> bool:
+        done = len(self.seqs) == self.params.n and all(s.is_finished for s in self.seqs)
+        return self.aborted or done

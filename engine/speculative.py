@@ -19,11 +19,11 @@ from numpy.lib.stride_tricks import sliding_window_view
 class PromptLookup:
     """Proposes up to ``num_tokens`` draft tokens from the longest recent n-gram match."""
 
-    num_tokens: int = 4
+    num_tokens: int = 6
     """Draft length k: at most this many guesses per step."""
     max_ngram: int = 3
     """Longest suffix searched for first."""
-    min_ngram: int = 1
+    min_ngram: int = 2
     """Shortest suffix that still counts as a match."""
 
     def __post_init__(self) -> None:

@@ -57,11 +57,11 @@ class Settings(BaseSettings):
         description="engine speculative decoding: empty = off; prompt_lookup = draft tokens "
         "copied from the prompt and answer so far, kept when the model agrees",
     )
-    num_speculative_tokens: int = Field(4, ge=1, le=16, description="prompt lookup draft length")
+    num_speculative_tokens: int = Field(6, ge=1, le=16, description="prompt lookup draft length")
     prompt_lookup_max: int = Field(
         3, ge=1, le=16, description="longest n-gram prompt lookup matches"
     )
-    prompt_lookup_min: int = Field(1, ge=1, le=16, description="shortest n-gram it matches")
+    prompt_lookup_min: int = Field(2, ge=1, le=16, description="shortest n-gram it matches")
     speculative_max_seqs: int = Field(
         4, ge=0, le=1024, description="prompt lookup drafts only while at most this many decode"
     )

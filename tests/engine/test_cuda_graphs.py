@@ -93,6 +93,7 @@ def _generate_with(
     return [[c.token_ids for c in o.outputs] for o in outputs], decode_batches
 
 
+@pytest.mark.slow  # 88 s on 2 cores; the default tier stays under 10 minutes
 def test_padded_static_decode_gives_the_eager_engine_tokens(
     llm_engine: LLMEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -124,6 +125,7 @@ def test_padded_static_decode_gives_the_eager_engine_tokens(
     assert got == want and max(decode_batches) == 6
 
 
+@pytest.mark.slow  # 44 s on 2 cores
 def test_decodes_longer_than_every_bucket_run_eagerly(
     llm_engine: LLMEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:

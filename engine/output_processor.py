@@ -1,0 +1,140 @@
+"""From a step's logits to tokens: sampling (and forking a request's n samples), verifying
+speculative drafts, appending each token and deciding when a sequence stops."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from engine.layers.sampler import SampleRow, sample, verify_draft
+from engine.sampling_params import SamplingParams
+from engine.scheduler import Scheduler
+from engine.sequence import Request, Sequence
+from engine.stopping import StopChecker
+
+
+class OutputProcessor:
+    """Appends the step's new tokens to their sequences; counts generated and draft tokens."""
+
+    def __init__(
+        self,
+        requests: dict[str, Request],
+        scheduler: Scheduler,
+        stopping: StopChecker,
+        device: str,
+    ) -> None:
+        self.requests = requests
+        """The engine's live requests (shared, not copied)."""
+        self.scheduler = scheduler
+        self.block_manager = scheduler.block_manager
+        self.stopping = stopping
+        self.device = device
+        self.num_generated = 0
+        self.num_draft_tokens = 0
+        self.num_accepted_tokens = 0
+
+    def process(self, sampling: list[Sequence], logits: torch.Tensor) -> list[str]:
+        """Choose the next tokens of the sequences ``sampling`` (rows of ``logits`` in order:
+        one each, plus one per draft token); returns the ids of the requests that changed."""
+        rows: list[SampleRow] = []
+        targets: list[Sequence] = []
+        logit_rows: list[int] = []
+        touched: dict[str, None] = {}
+        row = 0
+        for seq in sampling:
+            if seq.draft_token_ids:
+                num_rows = 1 + len(seq.draft_token_ids)
+                self._accept_draft(seq, logits[row : row + num_rows])
+                touched[seq.request_id] = None
+                row += num_rows
+                continue
+            request = self.requests[seq.request_id]
+            group = [seq]
+            if seq.num_output_tokens == 0 and len(request.seqs) < request.params.n:
+                group += self._fork(request, seq)  # the n samples share the prompt's blocks
+            for member in group:
+                rows.append(
+                    SampleRow(
+                        member.params,
+                        request.prompt_token_ids,
+                        member.output_token_ids,
+                        member.generator,
+                    )
+                )
+                targets.append(member)
+                logit_rows.append(row)
+            row += 1
+        if targets:
+            result = sample(logits[torch.tensor(logit_rows, device=logits.device)], rows)
+            for seq, token, logprob, top in zip(
+                targets, result.token_ids, result.logprobs, result.top_logprobs, strict=True
+            ):
+                self._append(seq, token, logprob, top)
+                touched[seq.request_id] = None
+        return list(touched)
+
+    def _append(
+        self, seq: Sequence, token: int, logprob: float, top: dict[int, float] | None
+    ) -> bool:
+        """Add one generated token; True when it ended the sequence (whose blocks are freed)."""
+        now = time.perf_counter()
+        seq.token_ids.append(token)
+        seq.logprobs.append(logprob)
+        if top is not None:
+            seq.top_logprobs.append(top)
+        seq.token_times.append(now)
+        self.num_generated += 1
+        timing = self.requests[seq.request_id].timing
+        timing.first_token_time = timing.first_token_time or now
+        if self.stopping.check(seq):
+            self.scheduler.finish(seq)
+            return True
+        return False
+
+    def _accept_draft(self, seq: Sequence, logits: torch.Tensor) -> None:
+        """Verify ``seq``'s draft tokens against the model's ``logits`` for them, keep the
+        accepted ones (their keys and values are already in the cache) and the token after them,
+        and give back the slots of the rejected ones."""
+        draft, seq.draft_token_ids = seq.draft_token_ids, []
+        prompt_ids = self.requests[seq.request_id].prompt_token_ids
+        output_ids = seq.output_token_ids
+        rows = [
+            SampleRow(seq.params, prompt_ids, output_ids + draft[:j], seq.generator)
+            for j in range(len(draft) + 1)
+        ]
+        result = verify_draft(logits, rows, draft)
+        num_accepted = len(result.token_ids) - 1
+        self.num_draft_tokens += len(draft)
+        self.num_accepted_tokens += num_accepted
+        seq.num_computed_tokens += num_accepted
+        for token, logprob, top in zip(
+            result.token_ids, result.logprobs, result.top_logprobs, strict=True
+        ):
+            if self._append(seq, token, logprob, top):
+                return
+        self.block_manager.register_computed_blocks(seq)
+        self.block_manager.trim(seq)
+
+    def _fork(self, request: Request, parent: Sequence) -> list[Sequence]:
+        children = []
+        for index in range(len(request.seqs), request.params.n):
+            child = Sequence(
+                request.request_id,
+                index,
+                list(parent.token_ids),
+                parent.num_prompt_tokens,
+                request.params,
+            )
+            child.generator = self.random_generator(request.params, index)
+            self.block_manager.fork(parent, child)
+            self.scheduler.add_running(child)
+            request.seqs.append(child)
+            children.append(child)
+        return children
+
+    def random_generator(self, params: SamplingParams, index: int) -> torch.Generator | None:
+        """The seeded generator of a request's ``index``-th sample (None: the global one)."""
+        if params.seed is None or params.is_greedy:
+            return None
+        return torch.Generator(device=self.device).manual_seed(params.seed + index)
