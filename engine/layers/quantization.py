@@ -3,8 +3,9 @@
 Decoding one sequence reads every weight once per token, so on a CPU (and for small batches on
 a GPU) its speed is set by the bytes of the weights. ``Int8Linear`` keeps a quarter of fp32's
 bytes and multiplies with PyTorch's own weight-only kernel, ``torch._weight_int8pack_mm``
-(activations in bf16 or fp16; the CPU kernel is many times slower with fp32 activations, so
-fp32 activations are cast to bf16 for the product and back). With tied embeddings the LM head
+(on CPU with activations in bf16 or fp16: the kernel is many times slower with fp32
+activations, so those are cast to bf16 for the product and back; on CUDA in fp32, the one dtype
+PyTorch's CUDA kernel takes). With tied embeddings the LM head
 and the token embedding share one int8 table: an embedding row is a row of the LM head, and a
 per-row scale serves both.
 """
@@ -26,8 +27,12 @@ def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return qweight, scales
 
 
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The activation dtype the int8 kernel runs in for a model of ``dtype``."""
+def compute_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """The activation dtype the int8 kernel runs in for a model of ``dtype`` on ``device``: the
+    CPU kernel is fast in bf16 and fp16 (fp32 activations are cast to bf16); the CUDA kernel
+    PyTorch ships takes fp32 activations."""
+    if device.type == "cuda":
+        return torch.float32
     return dtype if dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
 
 
@@ -51,7 +56,7 @@ class Int8Linear(nn.Module):
             raise ValueError(f"need one scale per output row: {tuple(scales.shape)}")
         self.out_features, self.in_features = qweight.shape
         self.out_dtype = out_dtype
-        self.compute_dtype = compute_dtype(out_dtype)
+        self.compute_dtype = compute_dtype(out_dtype, qweight.device)
         self.register_buffer("qweight", qweight.contiguous())
         self.register_buffer("scales", scales.to(self.compute_dtype))
         self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)

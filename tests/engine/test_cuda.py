@@ -61,3 +61,19 @@ def test_engine_in_bfloat16_on_cuda_answers_and_frees_its_blocks() -> None:
     assert "Paris" in greedy.outputs[0].text
     assert len(sampled.outputs) == 4
     assert engine.block_manager.num_used_blocks == 0
+
+
+def test_int8_engine_on_cuda_follows_the_bf16_one() -> None:
+    from engine.layers.quantization import weight_bytes
+    from engine.llm_engine import LLMEngine
+
+    bf16 = LLMEngine(EngineConfig(device="cuda", kv_cache_memory_bytes=64 << 20))
+    int8 = LLMEngine(
+        EngineConfig(device="cuda", quantization="int8", kv_cache_memory_bytes=64 << 20)
+    )
+    assert weight_bytes(int8.model) < 0.55 * weight_bytes(bf16.model)
+    questions = ("What is the capital of France?", "Name a colour of the sky.", "What is 2 + 2?")
+    prompts = [bf16.apply_chat_template([{"role": "user", "content": q}]) for q in questions]
+    params = SamplingParams(max_tokens=1)
+    first = [o.outputs[0].token_ids for o in bf16.generate(prompts, params)]
+    assert [o.outputs[0].token_ids for o in int8.generate(prompts, params)] == first
