@@ -32,7 +32,7 @@ lint: install
 	$(BIN)/mypy
 
 # The default tier stays under 10 minutes on 2 cores; tests marked slow (fuzzing, kill -9 crash
-# points) run in `make test-slow`, and CI runs both.
+# points, the longest engine tests) run in `make test-slow`, and CI runs both.
 test: lint
 	$(BIN)/python -m pytest -q -m "not slow"
 

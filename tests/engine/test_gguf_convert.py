@@ -35,6 +35,7 @@ CONFIG_FIELDS = (
 )
 
 
+@pytest.mark.slow  # 45 s on 2 cores; the default tier stays under 10 minutes
 def test_default_model_matches_the_whole_model_transformers_conversion(tmp_path: Path) -> None:
     """Bitwise the weights (and the config) the old from_pretrained + save_pretrained wrote."""
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -150,6 +151,7 @@ def _write_tiny_gguf(path: Path, *, tied: bool) -> dict[str, torch.Tensor]:
     return expected
 
 
+@pytest.mark.slow  # 23 s each on 2 cores
 @pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
 def test_tiny_gguf_converts_to_shards_that_both_loaders_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tied: bool
