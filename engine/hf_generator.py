@@ -124,6 +124,8 @@ class HFGenerator:
         )
         if len(params_list) != len(prompts):
             raise ValueError(f"got {len(prompts)} prompts but {len(params_list)} sampling params")
+        if any(sp.use_beam_search for sp in params_list):
+            raise ValueError("beam search is a feature of our engine, not of this baseline")
         requests = [
             (i, p if isinstance(p, str) else None, self.prompts.prompt_ids(p, sp), sp)
             for i, (p, sp) in enumerate(zip(prompts, params_list, strict=True))

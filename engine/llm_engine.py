@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from engine.beam_search import BeamSearch
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.errors import ModelLoadError
@@ -166,6 +167,11 @@ class LLMEngine:
                 f"KV blocks; the pool has {self.block_manager.num_blocks}: raise "
                 "kv_cache_memory_bytes or lower max_tokens"
             )
+        if params.use_beam_search and not self.config.reserve_max_tokens:
+            raise ValueError(
+                "beam search needs reserve_max_tokens: a preempted beam would leave its request's "
+                "beams out of step"
+            )
         request_id = request_id or uuid.uuid4().hex
         with self._lock:
             if request_id in self._requests:
@@ -177,6 +183,14 @@ class LLMEngine:
                 params,
                 RequestTiming(arrival_time=time.perf_counter()),
             )
+            if params.use_beam_search:
+                request.beam = BeamSearch(
+                    params.beam_width,
+                    params.length_penalty,
+                    self.eos_token_ids,
+                    len(ids),
+                    min(len(ids) + params.max_tokens, self.max_model_len),
+                )
             seq = Sequence(request_id, 0, list(ids), len(ids), params)
             seq.generator = self.outputs.random_generator(params, 0)
             request.seqs.append(seq)
@@ -297,7 +311,22 @@ class LLMEngine:
 
     def _output(self, request: Request) -> RequestOutput:
         completions = []
-        for seq in request.seqs:
+        if request.beam is not None and request.beam.done:
+            for index, hypothesis in enumerate(request.beam.best(request.params.n)):
+                tokens = hypothesis.token_ids[: len(hypothesis.token_ids) - hypothesis.ended_on_eos]
+                completions.append(
+                    CompletionOutput(
+                        index=index,
+                        text=self.prompts.decode(tokens),
+                        token_ids=tokens,
+                        logprobs=hypothesis.logprobs[: len(tokens)],
+                        finish_reason=FinishReason.STOP
+                        if hypothesis.ended_on_eos
+                        else FinishReason.LENGTH,
+                        stop_reason=hypothesis.token_ids[-1] if hypothesis.ended_on_eos else None,
+                    )
+                )
+        for seq in [] if completions else request.seqs:
             completions.append(
                 CompletionOutput(
                     index=seq.index,

@@ -8,6 +8,7 @@ import time
 import torch
 
 from engine.layers.sampler import SampleRow, sample, verify_draft
+from engine.outputs import FinishReason
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import Request, Sequence
@@ -42,7 +43,13 @@ class OutputProcessor:
         logit_rows: list[int] = []
         touched: dict[str, None] = {}
         row = 0
+        beams: dict[str, list[tuple[Sequence, int]]] = {}
         for seq in sampling:
+            if seq.params.use_beam_search:
+                beams.setdefault(seq.request_id, []).append((seq, row))
+                touched[seq.request_id] = None
+                row += 1
+                continue
             if seq.draft_token_ids:
                 num_rows = 1 + len(seq.draft_token_ids)
                 self._accept_draft(seq, logits[row : row + num_rows])
@@ -65,6 +72,8 @@ class OutputProcessor:
                 targets.append(member)
                 logit_rows.append(row)
             row += 1
+        for request_id, members in beams.items():
+            self._beam_step(self.requests[request_id], members, logits)
         if targets:
             result = sample(logits[torch.tensor(logit_rows, device=logits.device)], rows)
             for seq, token, logprob, top in zip(
@@ -138,3 +147,58 @@ class OutputProcessor:
         if params.seed is None or params.is_greedy:
             return None
         return torch.Generator(device=self.device).manual_seed(params.seed + index)
+
+    def _beam_step(
+        self, request: Request, members: list[tuple[Sequence, int]], logits: torch.Tensor
+    ) -> None:
+        """One beam-search step of ``request``: every running beam has its row of ``logits``.
+        The next beams continue their parents' sequences (a parent chosen twice is forked, its
+        blocks shared copy-on-write) and parents chosen by none are freed."""
+        beam = request.beam
+        assert beam is not None
+        row_of = {seq.seq_id: row for seq, row in members}
+        seqs = request.seqs  # the order beam.scores follows
+        if any(seq.seq_id not in row_of for seq in seqs):
+            raise RuntimeError(f"request {request.request_id}: a beam missed a step")
+        rows = torch.tensor([row_of[seq.seq_id] for seq in seqs], device=logits.device)
+        nexts = beam.step(
+            logits[rows], [s.output_token_ids for s in seqs], [list(s.logprobs) for s in seqs]
+        )
+        if not nexts:
+            for seq in seqs:
+                seq.finish_reason = FinishReason.STOP
+                self.scheduler.finish(seq)
+            return
+        claimed: set[int] = set()
+        beams: list[Sequence] = []
+        for cont in nexts:
+            parent = seqs[cont.parent]
+            if cont.parent in claimed:
+                child = Sequence(
+                    request.request_id,
+                    0,
+                    list(parent.token_ids),
+                    parent.num_prompt_tokens,
+                    request.params,
+                )
+                child.logprobs = list(parent.logprobs)
+                child.token_times = list(parent.token_times)
+                self.block_manager.fork(parent, child)
+                self.scheduler.add_running(child)
+                beams.append(child)
+            else:
+                claimed.add(cont.parent)
+                beams.append(parent)
+        now = time.perf_counter()
+        for index, (seq, cont) in enumerate(zip(beams, nexts, strict=True)):
+            seq.index = index
+            seq.token_ids.append(cont.token)
+            seq.logprobs.append(cont.logprob)
+            seq.token_times.append(now)
+        for i, seq in enumerate(seqs):
+            if i not in claimed:
+                seq.finish_reason = FinishReason.STOP
+                self.scheduler.finish(seq)
+        request.seqs = beams
+        self.num_generated += 1
+        request.timing.first_token_time = request.timing.first_token_time or now

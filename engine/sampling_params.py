@@ -53,6 +53,14 @@ class SamplingParams:
     """Keep generating past end-of-sequence tokens (benchmarks with fixed output lengths)."""
     truncate_prompt_tokens: int | None = None
     """If set, keep only the last this-many prompt tokens instead of failing on long prompts."""
+    use_beam_search: bool = False
+    """Beam search (greedy scoring, as ``transformers.generate(num_beams=beam_width)``): the
+    ``n`` best of ``beam_width`` beams are returned; needs temperature 0 and no penalties, stop
+    strings, stop check or logprobs."""
+    beam_width: int = 4
+    """Beams kept per step when ``use_beam_search``."""
+    length_penalty: float = 1.0
+    """Beam search: a finished beam scores its summed log-probability / length ** this."""
     stop_check: Callable[[Sequence[int]], str | None] | None = None
     """Called with the completion's token ids after each generated token; a non-empty string
     ends the completion (finish reason "stop") and becomes its ``stop_reason``. A repetition
@@ -87,6 +95,35 @@ class SamplingParams:
             )
         if self.stop_check is not None and not callable(self.stop_check):
             raise ValueError("stop_check must be a callable taking the completion's token ids")
+        if self.use_beam_search:
+            self._check_beam_search()
+
+    def _check_beam_search(self) -> None:
+        if not 1 <= self.beam_width <= 16:
+            raise ValueError(f"beam_width must be in [1, 16], got {self.beam_width}")
+        if self.n > self.beam_width:
+            raise ValueError(f"n ({self.n}) must not exceed beam_width ({self.beam_width})")
+        _check_range("length_penalty", self.length_penalty, -10.0, 10.0)
+        unsupported = {
+            "temperature": self.temperature != 0.0,
+            "repetition_penalty": self.repetition_penalty != 1.0,
+            "presence_penalty": self.presence_penalty != 0.0,
+            "frequency_penalty": self.frequency_penalty != 0.0,
+            "no_repeat_ngram_size": self.no_repeat_ngram_size != 0,
+            "stop": bool(self.stop),
+            "stop_token_ids": bool(self.stop_token_ids),
+            "stop_check": self.stop_check is not None,
+            "logprobs": self.logprobs is not None,
+            "ignore_eos": self.ignore_eos,
+        }
+        named = [name for name, used in unsupported.items() if used]
+        if named:
+            raise ValueError(f"beam search does not support {', '.join(named)}")
+
+    @property
+    def num_sequences(self) -> int:
+        """Sequences the request runs at once: its beams, or its n samples."""
+        return self.beam_width if self.use_beam_search else self.n
 
     @property
     def is_greedy(self) -> bool:

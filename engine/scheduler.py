@@ -143,7 +143,7 @@ class Scheduler:
         """Can the free blocks hold ``seq`` and every running sequence to completion? A request
         not yet sampled will fork into ``n`` samples that share its full prompt blocks."""
         final = self._final_blocks(seq)
-        samples = seq.params.n if seq.num_output_tokens == 0 else 1
+        samples = seq.params.num_sequences if seq.num_output_tokens == 0 else 1
         needed = final + (samples - 1) * (final - len(seq) // self.block_manager.block_size)
         reserved = sum(max(0, self._final_blocks(s) - len(s.block_table)) for s in self.running)
         return needed + reserved <= self.block_manager.num_free_blocks
@@ -153,7 +153,7 @@ class Scheduler:
         without preempting anyone; False (and no drafts) otherwise. A sequence not yet sampled
         gets none: its first token forks the request's n samples."""
         assert self.propose is not None
-        if seq.num_output_tokens == 0:
+        if seq.num_output_tokens == 0 or seq.params.use_beam_search:
             return False
         limit = min(budget - 1, seq.params.max_tokens - seq.num_output_tokens - 1)
         if self.max_model_len is not None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.beam_search import BeamSearch
 from engine.outputs import FinishReason, RequestTiming
 from engine.sampling_params import SamplingParams
 
@@ -81,8 +82,12 @@ class Request:
     seqs: list[Sequence] = field(default_factory=list)
 
     aborted: bool = False
+    beam: BeamSearch | None = None
+    """Beam search state when the request asks for it (``seqs`` are then the running beams)."""
 
     @property
     def finished(self) -> bool:
+        if self.beam is not None:
+            return self.aborted or self.beam.done
         done = len(self.seqs) == self.params.n and all(s.is_finished for s in self.seqs)
         return self.aborted or done
