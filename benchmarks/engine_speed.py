@@ -20,6 +20,8 @@ g. Prompt-lookup speculation on RAG answers: MuSiQue questions with four of thei
    paragraphs (the supporting ones first) in our grounded prompt, greedy, one at a time:
    answer time with and without speculation, identical tokens, acceptance rate; and (a)'s load
    with speculation on (``ours-prompt-lookup``), which must not lose throughput.
+h. Beam search, k = 4, four beams returned, against ``transformers.generate(num_beams=4)`` on
+   the same parity prompts, alternated: total time and identical beams.
 
 With ``--device cuda --cuda-graphs``, (a) and (c) also run our engine with decode steps replayed as
 CUDA graphs (``ours-cuda-graphs``), side by side with the eager engine; GPU runs report peak GPU
@@ -453,6 +455,54 @@ def bench_prompt_lookup(data_dir: Path, count: int) -> dict[str, Any]:
     }
 
 
+def bench_beam_search(engine: Any, count: int, max_tokens: int) -> dict[str, Any]:
+    """(h): beam search k = 4 on the parity prompts, ours and transformers alternated."""
+    import torch
+
+    from engine import EngineConfig, SamplingParams
+    from engine.hf_generator import HFGenerator
+    from tests.engine.test_llm_engine import QUESTIONS
+
+    hf = HFGenerator(EngineConfig(device=DEVICE, dtype=engine.config.resolved_dtype()))
+    params = SamplingParams(use_beam_search=True, beam_width=4, n=4, max_tokens=max_tokens)
+    times = {"ours": 0.0, "hf": 0.0}
+    identical = 0
+    for question in QUESTIONS[:count]:
+        prompt = engine.apply_chat_template([{"role": "user", "content": question}])
+        engine.block_manager.hash_to_block.clear()
+        started = time.perf_counter()
+        out = engine.generate([prompt], params)[0]
+        synchronize()
+        times["ours"] += time.perf_counter() - started
+        ids = torch.tensor([out.prompt_token_ids], device=DEVICE)
+        started = time.perf_counter()
+        with torch.inference_mode():
+            ref = hf.model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=max_tokens,
+                do_sample=False,
+                num_beams=4,
+                num_return_sequences=4,
+            )
+        synchronize()
+        times["hf"] += time.perf_counter() - started
+        beams = []
+        for row in ref:
+            tokens = row[ids.shape[1] :].tolist()
+            end = next((i for i, t in enumerate(tokens) if t in hf.eos_token_ids), len(tokens))
+            beams.append(tokens[:end])
+        identical += [c.token_ids for c in out.outputs] == beams
+    return {
+        "num_prompts": count,
+        "max_tokens": max_tokens,
+        "identical": identical,
+        "ours_s": times["ours"],
+        "hf_s": times["hf"],
+        "ours_over_hf": times["hf"] / times["ours"],
+    }
+
+
 def run_worker(variant: str, requests_file: Path) -> dict[str, Any]:
     cmd = [
         sys.executable,
@@ -472,7 +522,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller versions of the same")
     parser.add_argument(
-        "--only", default="abcdefg", help="sections to run, e.g. f,g (default: all of a-g)"
+        "--only", default="abcdefgh", help="sections to run, e.g. f,g (default: all of a-h)"
     )
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -492,8 +542,8 @@ def main() -> None:
         print(json.dumps(worker_load(args)))
         return
     sections = {c for c in args.only.replace(",", "") if c.strip()}
-    if not sections or not sections <= set("abcdefg"):
-        parser.error("--only takes letters a to g")
+    if not sections or not sections <= set("abcdefgh"):
+        parser.error("--only takes letters a to h")
 
     import tempfile
 
@@ -583,6 +633,10 @@ def main() -> None:
         targets["g_speedup>=1.5x"] = g["speedup_total"] >= 1.5
         targets["g_identical"] = g["identical_outputs"] == g["num_prompts"]
         targets["g_load>=0.95x"] = load_ratios["prompt_lookup_over_plain"] >= 0.95
+    if "h" in sections:
+        results["h_beam_search"] = h = bench_beam_search(engine, 8 if q else 21, 16 if q else 32)
+        targets["h_beam>=2x_hf"] = h["ours_over_hf"] >= 2
+        targets["h_identical"] = h["identical"] == h["num_prompts"]
     if load:
         print(f"\n(a) {num_requests} RAG-shaped requests, output tokens/s and peak RSS")
         for v, r in load.items():
