@@ -22,7 +22,7 @@ from engine.model_loader import load_config_and_tokenizer, load_state_dict, reso
 from engine.model_runner import ModelRunner
 from engine.models.llama import SUPPORTED_MODEL_TYPES, LlamaForCausalLM
 from engine.output_processor import OutputProcessor
-from engine.outputs import CompletionOutput, FinishReason, RequestOutput, RequestTiming
+from engine.outputs import FinishReason, RequestOutput, RequestTiming
 from engine.prompts import Prompt, PromptTokenizer, eos_token_ids
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
@@ -310,34 +310,7 @@ class LLMEngine:
                 logger.warning("dropping output of request %s", output.request_id, exc_info=True)
 
     def _output(self, request: Request) -> RequestOutput:
-        completions = []
-        if request.beam is not None and request.beam.done:
-            for index, hypothesis in enumerate(request.beam.best(request.params.n)):
-                tokens = hypothesis.token_ids[: len(hypothesis.token_ids) - hypothesis.ended_on_eos]
-                completions.append(
-                    CompletionOutput(
-                        index=index,
-                        text=self.prompts.decode(tokens),
-                        token_ids=tokens,
-                        logprobs=hypothesis.logprobs[: len(tokens)],
-                        finish_reason=FinishReason.STOP
-                        if hypothesis.ended_on_eos
-                        else FinishReason.LENGTH,
-                        stop_reason=hypothesis.token_ids[-1] if hypothesis.ended_on_eos else None,
-                    )
-                )
-        for seq in [] if completions else request.seqs:
-            completions.append(
-                CompletionOutput(
-                    index=seq.index,
-                    text=self.stopping.visible_text(seq),
-                    token_ids=seq.output_token_ids,
-                    logprobs=list(seq.logprobs),
-                    finish_reason=seq.finish_reason,
-                    stop_reason=seq.stop_reason,
-                    top_logprobs=list(seq.top_logprobs) if seq.params.logprobs else None,
-                )
-            )
+        completions = self.outputs.completions(request)
         finished = request.finished
         timing = request.timing
         timing.token_times = list(request.seqs[0].token_times)

@@ -1,5 +1,6 @@
-"""From a step's logits to tokens: sampling (and forking a request's n samples), verifying
-speculative drafts, appending each token and deciding when a sequence stops."""
+"""From a step's logits to tokens and completions: sampling (and forking a request's n samples),
+verifying speculative drafts, beam-search steps, appending each token, deciding when a sequence
+stops, and the completions a request's output carries."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import time
 
 import torch
 
+from engine.beam_search import Hypothesis
 from engine.layers.sampler import SampleRow, sample, verify_draft
-from engine.outputs import FinishReason
+from engine.outputs import CompletionOutput, FinishReason
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import Request, Sequence
@@ -202,3 +204,37 @@ class OutputProcessor:
         request.seqs = beams
         self.num_generated += 1
         request.timing.first_token_time = request.timing.first_token_time or now
+
+    def completions(self, request: Request) -> list[CompletionOutput]:
+        """What ``request`` has produced so far: one completion per sequence, or, once its beam
+        search is done, its ``n`` best finished beams."""
+        if request.beam is not None and request.beam.done:
+            return [
+                self._beam_completion(index, hypothesis)
+                for index, hypothesis in enumerate(request.beam.best(request.params.n))
+            ]
+        return [
+            CompletionOutput(
+                index=seq.index,
+                text=self.stopping.visible_text(seq),
+                token_ids=seq.output_token_ids,
+                logprobs=list(seq.logprobs),
+                finish_reason=seq.finish_reason,
+                stop_reason=seq.stop_reason,
+                top_logprobs=list(seq.top_logprobs) if seq.params.logprobs else None,
+            )
+            for seq in request.seqs
+        ]
+
+    def _beam_completion(self, index: int, hypothesis: Hypothesis) -> CompletionOutput:
+        """A finished beam as a completion (without its end-of-sequence token)."""
+        eos = hypothesis.ended_on_eos
+        tokens = hypothesis.token_ids[: len(hypothesis.token_ids) - eos]
+        return CompletionOutput(
+            index=index,
+            text=self.stopping.decode(tokens),
+            token_ids=tokens,
+            logprobs=hypothesis.logprobs[: len(tokens)],
+            finish_reason=FinishReason.STOP if eos else FinishReason.LENGTH,
+            stop_reason=hypothesis.token_ids[-1] if eos else None,
+        )
