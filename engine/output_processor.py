@@ -128,21 +128,29 @@ class OutputProcessor:
         self.block_manager.trim(seq)
 
     def _fork(self, request: Request, parent: Sequence) -> list[Sequence]:
-        children = []
-        for index in range(len(request.seqs), request.params.n):
-            child = Sequence(
-                request.request_id,
-                index,
-                list(parent.token_ids),
-                parent.num_prompt_tokens,
-                request.params,
-            )
-            child.generator = self.random_generator(request.params, index)
-            self.block_manager.fork(parent, child)
-            self.scheduler.add_running(child)
-            request.seqs.append(child)
-            children.append(child)
+        """The request's other n - 1 samples, forked from its first at its first token."""
+        children = [
+            self._child(parent, index) for index in range(len(request.seqs), request.params.n)
+        ]
+        request.seqs.extend(children)
         return children
+
+    def _child(self, parent: Sequence, index: int) -> Sequence:
+        """A running copy of ``parent`` that shares its blocks (copy on write)."""
+        child = Sequence(
+            parent.request_id,
+            index,
+            list(parent.token_ids),
+            parent.num_prompt_tokens,
+            parent.params,
+        )
+        child.logprobs = list(parent.logprobs)
+        child.top_logprobs = list(parent.top_logprobs)
+        child.token_times = list(parent.token_times)
+        child.generator = self.random_generator(parent.params, index)
+        self.block_manager.fork(parent, child)
+        self.scheduler.add_running(child)
+        return child
 
     def random_generator(self, params: SamplingParams, index: int) -> torch.Generator | None:
         """The seeded generator of a request's ``index``-th sample (None: the global one)."""
@@ -164,7 +172,7 @@ class OutputProcessor:
             raise RuntimeError(f"request {request.request_id}: a beam missed a step")
         rows = torch.tensor([row_of[seq.seq_id] for seq in seqs], device=logits.device)
         nexts = beam.step(
-            logits[rows], [s.output_token_ids for s in seqs], [list(s.logprobs) for s in seqs]
+            logits[rows], [s.output_token_ids for s in seqs], [s.logprobs for s in seqs]
         )
         if not nexts:
             for seq in seqs:
@@ -176,18 +184,7 @@ class OutputProcessor:
         for cont in nexts:
             parent = seqs[cont.parent]
             if cont.parent in claimed:
-                child = Sequence(
-                    request.request_id,
-                    0,
-                    list(parent.token_ids),
-                    parent.num_prompt_tokens,
-                    request.params,
-                )
-                child.logprobs = list(parent.logprobs)
-                child.token_times = list(parent.token_times)
-                self.block_manager.fork(parent, child)
-                self.scheduler.add_running(child)
-                beams.append(child)
+                beams.append(self._child(parent, 0))  # indexes are set below
             else:
                 claimed.add(cont.parent)
                 beams.append(parent)
@@ -202,7 +199,7 @@ class OutputProcessor:
                 seq.finish_reason = FinishReason.STOP
                 self.scheduler.finish(seq)
         request.seqs = beams
-        self.num_generated += 1
+        self.num_generated += len(beams)
         request.timing.first_token_time = request.timing.first_token_time or now
 
     def completions(self, request: Request) -> list[CompletionOutput]:

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass, field, replace
 
-from engine import EngineConfig, Generator, ModelLoadError, ModelNotFoundError
+from engine import Generator, ModelLoadError, ModelNotFoundError
 from engine.client import EngineClient, as_engine_client, build_engine_client
 from engine.client import EngineUnavailableError as EngineDown
 from guards import Action, Policy
@@ -100,7 +100,7 @@ class Pipeline:
         if not settings.allow_hub:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        config = engine_config(settings)
+        config = settings.engine_config()
         embedder = Embedder(
             settings.embedding_model, device=config.resolved_device(), allow_hub=settings.allow_hub
         )
@@ -378,25 +378,3 @@ class Pipeline:
             completion_tokens=result.usage.completion_tokens,
         )
         return result
-
-
-def engine_config(settings: Settings) -> EngineConfig:
-    """The engine configuration the settings describe."""
-    return EngineConfig(
-        model=settings.model,
-        dtype=settings.dtype,
-        device=settings.device,
-        max_num_seqs=settings.max_batch_size,
-        max_num_batched_tokens=settings.max_num_batched_tokens,
-        kv_cache_memory_bytes=settings.kv_cache_memory_mb << 20,
-        reserve_max_tokens=settings.reserve_max_tokens,
-        cuda_graphs=settings.cuda_graphs,
-        quantization=settings.quantization,
-        speculative=settings.speculative,
-        num_speculative_tokens=settings.num_speculative_tokens,
-        prompt_lookup_max=settings.prompt_lookup_max,
-        prompt_lookup_min=settings.prompt_lookup_min,
-        speculative_max_seqs=settings.speculative_max_seqs,
-        cache_dir=settings.model_cache_dir,
-        allow_hub=settings.allow_hub,
-    )

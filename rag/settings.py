@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from engine import EngineConfig
 
 MAX_QUESTION_CHARS = 2000
 """The longest question the HTTP API accepts, as its schema states; ``max_question_chars``
@@ -248,6 +251,29 @@ class Settings(BaseSettings):
         if isinstance(value, str) and value.strip().lower() in ("", "none"):
             return None
         return value
+
+    def engine_config(self) -> EngineConfig:
+        """The engine configuration these settings describe."""
+        from engine import EngineConfig
+
+        return EngineConfig(
+            model=self.model,
+            dtype=self.dtype,
+            device=self.device,
+            max_num_seqs=self.max_batch_size,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            kv_cache_memory_bytes=self.kv_cache_memory_mb << 20,
+            reserve_max_tokens=self.reserve_max_tokens,
+            cuda_graphs=self.cuda_graphs,
+            quantization=self.quantization,
+            speculative=self.speculative,
+            num_speculative_tokens=self.num_speculative_tokens,
+            prompt_lookup_max=self.prompt_lookup_max,
+            prompt_lookup_min=self.prompt_lookup_min,
+            speculative_max_seqs=self.speculative_max_seqs,
+            cache_dir=self.model_cache_dir,
+            allow_hub=self.allow_hub,
+        )
 
     @model_validator(mode="after")
     def _lookup_range(self) -> Settings:

@@ -67,7 +67,7 @@ class _Models:
     def pipeline(self, settings: Settings) -> Any:
         from engine.client import build_engine_client
         from rag.embed import Embedder
-        from rag.pipeline import Pipeline, engine_config
+        from rag.pipeline import Pipeline
 
         embedder, generator = self.given
         embedder_at, engine_at = (
@@ -79,7 +79,7 @@ class _Models:
         )
         if embedder is None and embedder_at not in self.loaded:
             self._evict("embedder")
-            config = engine_config(settings)
+            config = settings.engine_config()
             self.loaded[embedder_at] = Embedder(
                 settings.embedding_model,
                 device=config.resolved_device(),
@@ -88,7 +88,7 @@ class _Models:
         if generator is None and engine_at not in self.loaded:
             self._evict("generator")  # one of each at a time: models are large
             self.loaded[engine_at] = build_engine_client(
-                engine_config(settings), settings.generator
+                settings.engine_config(), settings.generator
             )
         return Pipeline(
             settings, embedder or self.loaded[embedder_at], generator or self.loaded[engine_at]

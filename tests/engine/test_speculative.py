@@ -37,7 +37,8 @@ def test_the_longest_most_recent_ngram_match_is_proposed() -> None:
     tokens = [5, 6, 7, 8, 9, 1, 6, 7, 2, 3, 6, 7]
     # Suffix [6, 7]: its latest earlier occurrence (index 6) is followed by 2, 3, 6.
     assert lookup.propose(tokens, 10) == [2, 3, 6]
-    # Suffix [2, 6, 7] only once as [x, 6, 7] with x = 5 or 1: the 3-gram fails, the 2-gram wins.
+    # The 3-gram [2, 6, 7] has no earlier occurrence; the 2-gram [6, 7] at index 1 is followed
+    # by 8, 2, 6.
     assert lookup.propose([5, 6, 7, 8, 2, 6, 7], 10) == [8, 2, 6]
     assert lookup.propose(tokens, 2) == [2, 3]  # the step's limit
     assert lookup.propose([1, 2, 3, 4], 5) == []  # nothing recurs

@@ -209,11 +209,10 @@ def test_several_candidates_vote(demo_pipeline) -> None:  # type: ignore[no-unty
 def test_the_quantization_setting_reaches_the_engine_config(
     value: str, expected: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rag.pipeline import engine_config
     from rag.settings import Settings
 
     monkeypatch.setenv("RAGGUARD_QUANTIZATION", value)
-    assert engine_config(Settings(_env_file=None)).quantization == expected
+    assert Settings(_env_file=None).engine_config().quantization == expected
 
 
 def test_an_unknown_quantization_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -229,20 +228,19 @@ def test_an_unknown_quantization_setting_is_refused(monkeypatch: pytest.MonkeyPa
 def test_the_speculative_settings_reach_the_engine_config(monkeypatch: pytest.MonkeyPatch) -> None:
     from pydantic import ValidationError
 
-    from rag.pipeline import engine_config
     from rag.settings import Settings
 
     monkeypatch.setenv("RAGGUARD_SPECULATIVE", "prompt_lookup")
     monkeypatch.setenv("RAGGUARD_NUM_SPECULATIVE_TOKENS", "6")
     monkeypatch.setenv("RAGGUARD_PROMPT_LOOKUP_MIN", "2")
-    config = engine_config(Settings(_env_file=None))
+    config = Settings(_env_file=None).engine_config()
     assert (config.speculative, config.num_speculative_tokens, config.prompt_lookup_min) == (
         "prompt_lookup",
         6,
         2,
     )
     monkeypatch.setenv("RAGGUARD_SPECULATIVE", "")
-    assert engine_config(Settings(_env_file=None)).speculative is None
+    assert Settings(_env_file=None).engine_config().speculative is None
     monkeypatch.setenv("RAGGUARD_PROMPT_LOOKUP_MIN", "5")
     with pytest.raises(ValidationError, match="prompt_lookup_min"):
         Settings(_env_file=None)
