@@ -104,6 +104,8 @@ class BlockManager:
             seq.block_table.append(block_id)
         seq.num_cached_tokens = num_hits * self.block_size
         seq.num_computed_tokens = seq.num_cached_tokens
+        if seq.num_prompt_cached_tokens is None:
+            seq.num_prompt_cached_tokens = min(seq.num_cached_tokens, seq.num_prompt_tokens)
 
     def _lookup(self, block_hash: bytes, tokens: tuple[int, ...]) -> int | None:
         block_id = self.hash_to_block.get(block_hash)
@@ -172,6 +174,7 @@ class BlockManager:
             self.blocks[block_id].ref_count += 1
         child.num_computed_tokens = parent.num_computed_tokens
         child.num_cached_tokens = parent.num_cached_tokens
+        child.num_prompt_cached_tokens = parent.num_prompt_cached_tokens
 
     def free(self, seq: Sequence) -> None:
         """Release ``seq``'s blocks; unshared ones return to the free list (keeping their hash)."""

@@ -324,4 +324,5 @@ class LLMEngine:
             completions,
             finished,
             timing,
+            request.seqs[0].num_prompt_cached_tokens or 0,
         )

@@ -102,6 +102,8 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     finished: bool
     timing: RequestTiming
+    num_cached_tokens: int = 0
+    """Prompt tokens whose KV came from the prefix cache instead of being computed."""
 
     @property
     def num_prompt_tokens(self) -> int:

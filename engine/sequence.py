@@ -39,6 +39,9 @@ class Sequence:
     """Tokens whose keys and values are in the cache."""
     num_cached_tokens: int = 0
     """Of those, how many were found in the prefix cache instead of computed."""
+    num_prompt_cached_tokens: int | None = None
+    """Prompt tokens the prefix cache held when the sequence first got its blocks (kept when a
+    preemption frees them)."""
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[dict[int, float]] = field(default_factory=list)
     token_times: list[float] = field(default_factory=list)

@@ -73,7 +73,8 @@ class AnswerEvidenceGuard(Guard):
             support = [span_support(ctx.answer, ctx.question, p.text) for p in ctx.passages]
             score = max(support)
             signals["span_in_passages"] = score - 0.5
-            signals["span_in_top_passage"] = support[0] - 0.5
+            best = max(range(len(support)), key=lambda i: ctx.passages[i].score)
+            signals["span_in_top_passage"] = support[best] - 0.5
             evidence["support_by_passage"] = support
             if score < self.min_support:
                 problems.append("no passage holds the answer")

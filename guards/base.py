@@ -57,6 +57,12 @@ class GuardContext:
     """The generator's own probability that the answer is correct and supported (P(yes) to a
     verification question asked after the answer), or None when it was not asked."""
 
+    @property
+    def ranked(self) -> tuple[Evidence, ...]:
+        """The passages best first. ``passages`` is in the prompt's order (the numbers the
+        answer cites), which need not be the retrieval rank."""
+        return tuple(sorted(self.passages, key=lambda e: -e.score))
+
 
 @dataclass(frozen=True, slots=True)
 class GuardResult:

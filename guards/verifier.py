@@ -184,7 +184,7 @@ class VerifierGuard(Guard):
             return self.abstain("no passages to verify the answer against")
         if is_declined(ctx.answer):
             return self.abstain("the answer declines")
-        p = self.verifier.score(ctx.question, ctx.answer, [e.text for e in ctx.passages])
+        p = self.verifier.score(ctx.question, ctx.answer, [e.text for e in ctx.ranked])
         outcome = Outcome.PASS if p >= self.min_score else Outcome.FAIL
         reason = f"the trained verifier gives the answer P(right) {p:.2f}"
         return GuardResult(self.name, outcome, p, reason, {}, {"verifier": _logit(p)})

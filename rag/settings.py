@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from rag.prompt import PassageOrder
+
 if TYPE_CHECKING:
     from engine import EngineConfig
 
@@ -138,6 +140,12 @@ class Settings(BaseSettings):
     # Answering
     top_k: int = Field(4, ge=1, le=50, description="passages retrieved per question")
     min_score: float = Field(0.25, ge=-1.0, le=1.0, description="cosine similarity a passage needs")
+    passage_order: PassageOrder = Field(
+        "canonical",
+        description="order of the passages in the prompt: canonical (by document and position, "
+        "so questions that retrieve the same passages share their prompt's KV through the prefix "
+        "cache) or rank (best first)",
+    )
     max_tokens: int = Field(160, ge=1, le=4096, description="answer length limit in tokens")
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="0 = greedy")
     max_question_chars: int = Field(

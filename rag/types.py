@@ -70,6 +70,8 @@ class Usage:
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    """Of the prompt tokens, those whose KV the engine's prefix cache already held."""
 
 
 @dataclass(frozen=True, slots=True)

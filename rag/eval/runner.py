@@ -206,6 +206,7 @@ class Runner:
             "usage": {
                 "prompt_tokens": result.usage.prompt_tokens,
                 "completion_tokens": result.usage.completion_tokens,
+                "cached_prompt_tokens": result.usage.cached_prompt_tokens,
             },
         }
 

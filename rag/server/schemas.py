@@ -114,6 +114,9 @@ class GuardVerdictOut(BaseModel):
 class UsageOut(BaseModel):
     prompt_tokens: int
     completion_tokens: int
+    cached_prompt_tokens: int = Field(
+        0, description="prompt tokens served from the engine's prefix cache"
+    )
 
 
 class AskResponse(BaseModel):

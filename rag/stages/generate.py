@@ -15,7 +15,7 @@ from engine.outputs import streamable_text
 from guards import LoopStop
 from rag import logs
 from rag.errors import InvalidInputError
-from rag.prompt import build_messages
+from rag.prompt import build_messages, prompt_order
 from rag.settings import Settings
 from rag.types import AskOptions, Passage, Usage
 
@@ -26,7 +26,7 @@ class Plan:
 
     prompt: str
     passages: list[Passage]
-    """Those that fit the context window, numbered from 1 in this order."""
+    """Those that fit the context window, numbered from 1 in this order (``passage_order``)."""
     answer: SamplingParams
     samples: SamplingParams | None
     """The extra samples (``num_candidates`` - 1 of them), if any."""
@@ -105,7 +105,11 @@ class GenerateStage:
         yield Generation(
             answer=final.outputs[0],
             completions=completions,
-            usage=Usage(final.num_prompt_tokens, sum(o.num_completion_tokens for o in outputs)),
+            usage=Usage(
+                final.num_prompt_tokens,
+                sum(o.num_completion_tokens for o in outputs),
+                final.num_cached_tokens,
+            ),
             generate_s=loop.time() - started,
             time_to_first_token_s=final.timing.time_to_first_token_s,
             queue_s=final.timing.queue_time_s,
@@ -140,14 +144,16 @@ class GenerateStage:
     def _fit_prompt(
         self, question: str, passages: list[Passage], max_tokens: int
     ) -> tuple[str, list[Passage]]:
-        """The grounded prompt, dropping the least relevant passages until the prompt and the
-        answer fit the model's context window."""
+        """The grounded prompt and the passages it shows, in the prompt's order: ``passages``
+        come best first, and the least relevant are dropped until the prompt and the answer fit
+        the model's context window."""
         engine = self.engine
         room = engine.max_model_len - max_tokens
         while True:
-            prompt = engine.apply_chat_template(build_messages(question, passages))
+            shown = prompt_order(passages, self.settings.passage_order)
+            prompt = engine.apply_chat_template(build_messages(question, shown))
             if engine.count_tokens(prompt) <= room:
-                return prompt, passages
+                return prompt, shown
             if len(passages) == 1:
                 raise InvalidInputError(
                     f"the question and its best passage do not fit the model's "

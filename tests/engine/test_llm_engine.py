@@ -218,6 +218,10 @@ def test_chunked_prefill_and_prefix_cache_hits_give_the_same_output(engine: LLME
     hit = engine.generate([prompt], params)[0]
     assert engine.block_manager.num_prefix_hits > hits_before
     assert hit.outputs[0].token_ids == miss.outputs[0].token_ids
+    # Every full block but the one holding the last prompt token came from the cache.
+    block = engine.config.block_size
+    assert hit.num_cached_tokens == (len(hit.prompt_token_ids) - 1) // block * block
+    assert miss.num_cached_tokens < hit.num_cached_tokens
     chunked = LLMEngine(
         EngineConfig(device="cpu", max_num_batched_tokens=48, kv_cache_memory_bytes=64 << 20)
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import ClassVar
 
 import pytest
@@ -63,6 +64,22 @@ def test_a_verbatim_supported_answer_scores_high_and_a_contradicting_one_low() -
     # The wrong kind: a "how many" question answered without a number.
     kind = guard.check(ctx(question, "Managers approve leave."))
     assert kind.signals["kind_match"] == -0.5
+
+
+def test_the_top_passage_is_the_best_scored_whatever_the_prompt_order() -> None:
+    # The prompt shows passages in a canonical order, not by rank: "top" follows the scores.
+    question = "How many vacation days do new hires get?"
+    answer = "New hires get 25 vacation days per year. [2]"
+    handbook, other = replace(HANDBOOK, score=0.9), replace(OTHER, score=0.4)
+    guard = AnswerEvidenceGuard()
+    best_second = guard.check(ctx(question, answer, (other, handbook)))
+    assert best_second.signals["span_in_top_passage"] == 0.5
+    worst_second = guard.check(ctx(question, answer, (replace(other, score=0.95), handbook)))
+    assert worst_second.signals["span_in_top_passage"] < 0
+    assert [e.passage_id for e in ctx(question, answer, (other, handbook)).ranked] == [
+        "h#0",
+        "o#0",
+    ]
 
 
 def test_i_dont_know_is_neither_supported_nor_contradicted() -> None:

@@ -157,6 +157,18 @@ def test_completions_with_a_list_of_prompts(client: openai.OpenAI, model: str) -
     assert both.choices[1].text.startswith(two_each.choices[2].text)
 
 
+def test_usage_counts_the_prompt_tokens_served_from_the_prefix_cache(
+    client: openai.OpenAI, model: str
+) -> None:
+    prompt = " ".join(f"Item {i} of the cached prompt test is number {i * 7}." for i in range(6))
+    first = client.completions.create(model=model, prompt=prompt, max_tokens=1, temperature=0)
+    again = client.completions.create(model=model, prompt=prompt, max_tokens=1, temperature=0)
+    details = usage_of(again).prompt_tokens_details
+    assert details is not None and details.cached_tokens is not None
+    # Every full 16-token block but the one holding the last prompt token is reused.
+    assert details.cached_tokens == (usage_of(first).prompt_tokens - 1) // 16 * 16 > 0
+
+
 def test_streamed_chat_matches_the_whole_answer(client: openai.OpenAI, model: str) -> None:
     settings: dict[str, Any] = {
         "model": model,

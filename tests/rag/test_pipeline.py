@@ -47,6 +47,21 @@ def test_bad_questions_and_unknown_index(demo_pipeline) -> None:  # type: ignore
         demo_pipeline.ask("What is a KV cache?", topk=3)
 
 
+def test_same_passages_reuse_the_prompts_kv(demo_pipeline, llm_engine) -> None:  # type: ignore[no-untyped-def]
+    # Both retrieve the same four demo passages, ranked differently: the prompt shows them in
+    # one canonical order, so the second question's prompt is cached up to its question.
+    first = demo_pipeline.ask("What does a KV cache avoid recomputing?", max_tokens=4)
+    second = demo_pipeline.ask("What does the KV cache store?", max_tokens=4)
+    assert [p.chunk_id for p in second.passages] == [p.chunk_id for p in first.passages]
+    assert [p.score for p in second.passages] != sorted(p.score for p in second.passages)[::-1]
+    engine = demo_pipeline.engine
+    prompt = engine.apply_chat_template(build_messages("?", second.passages))
+    shared = engine.count_tokens(prompt.split("Question:")[0])
+    block = llm_engine.config.block_size
+    assert second.usage.cached_prompt_tokens >= (shared // block - 1) * block
+    assert second.usage.cached_prompt_tokens < second.usage.prompt_tokens
+
+
 def test_prompt_numbers_passages_and_states_the_rule() -> None:
     passages = [
         Passage("d1", "d1#0", "Alpha text.", 0.9),

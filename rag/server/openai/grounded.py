@@ -30,6 +30,7 @@ from rag.server.openai.schemas import (
     Delta,
     GenerationRequest,
     Grounding,
+    PromptTokensDetails,
     Usage,
 )
 from rag.server.openai.sse import chunk_event, done, json_response
@@ -76,6 +77,7 @@ def _grounded_usage(result: Result) -> Usage:
         prompt_tokens=u.prompt_tokens,
         completion_tokens=u.completion_tokens,
         total_tokens=u.prompt_tokens + u.completion_tokens,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=u.cached_prompt_tokens),
     )
 
 

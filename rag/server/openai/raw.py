@@ -41,6 +41,7 @@ from rag.server.openai.schemas import (
     CompletionResponse,
     Delta,
     GenerationRequest,
+    PromptTokensDetails,
     Usage,
 )
 from rag.server.openai.sse import chunk_event, done, json_response
@@ -179,8 +180,12 @@ class RawJob:
 def _usage(finals: Sequence[RequestOutput | None]) -> Usage:
     prompt = sum(f.num_prompt_tokens for f in finals if f is not None)
     completion = sum(f.num_completion_tokens for f in finals if f is not None)
+    cached = sum(f.num_cached_tokens for f in finals if f is not None)
     return Usage(
-        prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=prompt + completion,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=cached),
     )
 
 
