@@ -7,12 +7,12 @@ the rest is computed (engine_speed.py's section i).
 i1. A stream of related questions: MetaQA 1-hop questions grouped by their topic entity (a user
     asking who directed a film, then who stars in it, then its genre), one at a time, retrieved
     over the movies' passages (those the questions are about and 2,000 others) with the default
-    top_k and min_score, answered greedily with the default engine. Three engines side by side,
-    question by question (the order among them rotating): passages in the canonical order with
-    prefix caching (the default), passages best first with prefix caching, and no prefix
-    caching. Reported: the share of prompt tokens served from the cache, time to first token
-    (median and mean), and the answers' accuracy (the eval's answer matching), since the order
-    of the passages may change what the model says.
+    top_k and min_score, answered greedily with the default engine. Four engines side by side,
+    question by question (the order among them rotating), each with its own ``PassageLayout``:
+    "reuse" (the default), "canonical" and "rank" order with prefix caching, and rank order
+    without prefix caching. Reported: the share of prompt tokens served from the cache, time to
+    first token (median and mean), and the answers' accuracy (the eval's answer matching), since
+    the order of the passages may change what the model says.
 i2. Prefill at the machine's matmul rate: a fresh prompt of 128, 256 and 512 tokens of real text
     (prefix caching off), tokens/s and FLOP/s against ``torch.mm`` on the same weight shapes with
     as many rows, in this run (as (e) does for decode); beside it, the time of the causal
@@ -26,6 +26,7 @@ collection and a fixed list of related questions.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import statistics
@@ -35,17 +36,22 @@ import time
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+if TYPE_CHECKING:
+    from rag.prompt import PassageOrder
 DEFAULT_DATA_DIR = ROOT.parent / "shared" / "data"
 SEED = 0
-VARIANTS = {
-    "canonical": {"order": "canonical", "prefix_caching": True},
-    "rank": {"order": "rank", "prefix_caching": True},
-    "no-cache": {"order": "canonical", "prefix_caching": False},
+VARIANTS: dict[str, tuple[PassageOrder, bool]] = {
+    "reuse": ("reuse", True),
+    "canonical": ("canonical", True),
+    "rank": ("rank", True),
+    "no-cache": ("rank", False),
 }
+"""Name: (passage order, prefix caching)."""
 DEMO_QUESTIONS = [
     ["What does a KV cache avoid recomputing?", "What does the KV cache store?"],
     ["Why is a KV cache faster?", "How much memory does a KV cache use?"],
@@ -88,7 +94,7 @@ def bench_stream(data_dir: Path, sessions: int, max_tokens: int) -> dict[str, An
     from rag.collection import CollectionRegistry
     from rag.embed import Embedder
     from rag.eval.metrics import answer_matches
-    from rag.prompt import build_messages, prompt_order
+    from rag.prompt import PassageLayout, build_messages
     from rag.retriever import VectorRetriever
     from rag.settings import Settings
 
@@ -112,9 +118,10 @@ def bench_stream(data_dir: Path, sessions: int, max_tokens: int) -> dict[str, An
         registry.close()
     config = settings.engine_config()
     engines = {
-        name: LLMEngine(replace(config, enable_prefix_caching=v["prefix_caching"]))
-        for name, v in VARIANTS.items()
+        name: LLMEngine(replace(config, enable_prefix_caching=caching))
+        for name, (_, caching) in VARIANTS.items()
     }
+    layouts = {name: PassageLayout(order) for name, (order, _) in VARIANTS.items()}
     params = SamplingParams(max_tokens=max_tokens)
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in engines}
     names = list(engines)
@@ -123,7 +130,8 @@ def bench_stream(data_dir: Path, sessions: int, max_tokens: int) -> dict[str, An
             continue
         for name in names[i % len(names) :] + names[: i % len(names)]:
             engine = engines[name]
-            shown = prompt_order(passages, VARIANTS[name]["order"])  # type: ignore[arg-type]
+            shown = layouts[name].arrange(passages)
+            layouts[name].remember(shown)
             prompt = engine.apply_chat_template(build_messages(question, shown))
             out = engine.generate([prompt], params)[0]
             rows[name].append(
@@ -136,16 +144,16 @@ def bench_stream(data_dir: Path, sessions: int, max_tokens: int) -> dict[str, An
             )
     same_set = sum(
         1
-        for a, b in zip(retrieved, retrieved[1:], strict=False)
+        for a, b in itertools.pairwise(retrieved)
         if a and {p.chunk_id for p in a} == {p.chunk_id for p in b}
     )
     result: dict[str, Any] = {
         "data": "metaqa-1hop" if has_data else "demo",
-        "questions": len(rows["canonical"]),
+        "questions": len(rows["reuse"]),
         "sessions": sessions if has_data else len(DEMO_QUESTIONS),
         "documents": len(docs),
         "next_question_retrieves_the_same_set": same_set / max(len(retrieved) - 1, 1),
-        "mean_prompt_tokens": statistics.mean(r["prompt_tokens"] for r in rows["canonical"]),
+        "mean_prompt_tokens": statistics.mean(r["prompt_tokens"] for r in rows["reuse"]),
     }
     for name, got in rows.items():
         ttft = [r["ttft_s"] for r in got]
@@ -158,7 +166,7 @@ def bench_stream(data_dir: Path, sessions: int, max_tokens: int) -> dict[str, An
             "accuracy": sum(labelled) / len(labelled) if labelled else None,
         }
     base = result["no-cache"]
-    for name in ("canonical", "rank"):
+    for name in ("reuse", "canonical", "rank"):
         result[name]["mean_ttft_over_no_cache"] = result[name]["mean_ttft_s"] / base["mean_ttft_s"]
     return result
 

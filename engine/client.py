@@ -1,9 +1,10 @@
 """The engine-client seam: what the pipeline and the server need from a generator, asynchronously.
 
-``EngineClient`` streams one request's outputs, aborts it, reports stats and health. Two
+``EngineClient`` streams one request's outputs, aborts it, reports stats and health. Three
 implementations ship: ``AsyncEngine`` (our engine, stepped by a background thread; concurrent
-requests share its batches) and ``ThreadedClient`` (any synchronous ``Generator``, such as the
-transformers baseline, one request at a time in a worker thread). Backends are chosen by name
+requests share its batches), ``ProcessEngine`` (our engine in a child process) and
+``ThreadedClient`` (any synchronous ``Generator``, such as the transformers baseline, one
+request at a time in a worker thread). Backends are chosen by name
 through a registry (``register_backend`` adds one), not by an if/else in the callers.
 """
 
@@ -161,6 +162,12 @@ def _engine_backend(config: EngineConfig) -> EngineClient:
     return AsyncEngine(config)
 
 
+def _engine_process_backend(config: EngineConfig) -> EngineClient:
+    from engine.process_client import ProcessEngine
+
+    return ProcessEngine(config)
+
+
 def _hf_backend(config: EngineConfig) -> EngineClient:
     from engine.hf_generator import HFGenerator
 
@@ -169,6 +176,7 @@ def _hf_backend(config: EngineConfig) -> EngineClient:
 
 _BACKENDS: dict[str, Callable[[EngineConfig], EngineClient]] = {
     "engine": _engine_backend,
+    "engine-process": _engine_process_backend,
     "hf": _hf_backend,
 }
 
@@ -184,8 +192,10 @@ def backends() -> tuple[str, ...]:
 
 def build_engine_client(config: EngineConfig, backend: str = "engine") -> EngineClient:
     """Load the model named by ``config`` behind the backend registered as ``backend``:
-    ``engine`` (ours: paged KV, continuous batching) or ``hf`` (``transformers.generate``, the
-    baseline and the fallback for architectures the engine does not implement)."""
+    ``engine`` (ours: paged KV, continuous batching, stepped by a thread of this process),
+    ``engine-process`` (the same engine in a child process, so that its steps never hold this
+    process's interpreter lock) or ``hf`` (``transformers.generate``, the baseline and the
+    fallback for architectures the engine does not implement)."""
     try:
         factory = _BACKENDS[backend]
     except KeyError:

@@ -1,15 +1,17 @@
 """The grounded prompt: the rule to answer only from the passages, the numbered passages, then
 the question.
 
-The question comes last and the passages go in a canonical order (by document, then position in
-it) rather than by rank: two questions that retrieve the same passages then share their prompt
-up to the question, and the engine's prefix cache serves that shared part's KV instead of
-computing it again.
+The question comes last, after every passage, so that two questions that show the same passages
+in the same order share their prompt up to the question; ``PassageLayout`` chooses that order
+so that prompts share as much as they can, and the engine's prefix cache then serves the shared
+part's KV instead of computing it again.
 """
 
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 from typing import Literal
 
 from rag.types import Passage
@@ -22,9 +24,10 @@ SYSTEM_PROMPT = (
 
 NO_ANSWER = "I don't know."
 
-PassageOrder = Literal["canonical", "rank"]
-"""How the prompt orders its passages: by document and position ("canonical", which the prefix
-cache can share across questions) or best first ("rank")."""
+PassageOrder = Literal["reuse", "canonical", "rank"]
+"""How the prompt orders its passages: "reuse" (a recent prompt's order for the passages it shares
+with this one, then the rest best first), "canonical" (by document and position) or "rank" (best
+first)."""
 
 
 def _natural(text: str) -> list[str | int]:
@@ -38,9 +41,63 @@ def canonical_order(passages: list[Passage]) -> list[Passage]:
     return sorted(passages, key=lambda p: (_natural(p.doc_id), _natural(p.chunk_id)))
 
 
+def _key(passage: Passage) -> tuple[str, str]:
+    return passage.doc_id, passage.chunk_id
+
+
+class PassageLayout:
+    """The order a prompt shows its passages in, chosen so that prompts share long prefixes.
+
+    The engine's prefix cache serves a prompt's KV up to the first token that differs from an
+    earlier prompt's, so what counts is the longest run of leading passages two prompts have in
+    common. With "reuse", the layout remembers the passage order of its recent prompts; a new
+    prompt starts with the longest leading run of a remembered order whose passages it also
+    shows (in that order), then shows the rest best first. Related questions (the same film's
+    director, then its cast) keep the passage they share in front, and two questions that
+    retrieve the same passages ranked differently get the same prompt up to the question."""
+
+    def __init__(self, order: PassageOrder = "reuse", memory: int = 256):
+        self.order = order
+        self._recent: OrderedDict[tuple[tuple[str, str], ...], None] = OrderedDict()
+        self._memory = memory
+        self._lock = threading.Lock()
+
+    def arrange(self, passages: list[Passage]) -> list[Passage]:
+        """``passages`` (best first) in the prompt's order."""
+        if self.order == "canonical":
+            return canonical_order(passages)
+        if self.order == "rank" or len(passages) < 2:
+            return list(passages)
+        by_key = {_key(p): p for p in passages}
+        best: tuple[tuple[str, str], ...] = ()
+        with self._lock:
+            for remembered in reversed(self._recent):  # the most recent wins a tie
+                run = 0
+                while run < len(remembered) and remembered[run] in by_key:
+                    run += 1
+                if run > len(best):
+                    best = remembered[:run]
+                    if run == len(passages):
+                        break
+        front = [by_key[k] for k in best]
+        chosen = set(best)
+        return front + [p for p in passages if _key(p) not in chosen]
+
+    def remember(self, shown: list[Passage]) -> None:
+        """Note the order a prompt was sent with (only "reuse" looks at it)."""
+        if self.order != "reuse" or not shown:
+            return
+        key = tuple(_key(p) for p in shown)
+        with self._lock:
+            self._recent.pop(key, None)
+            self._recent[key] = None
+            while len(self._recent) > self._memory:
+                self._recent.popitem(last=False)
+
+
 def prompt_order(passages: list[Passage], order: PassageOrder) -> list[Passage]:
-    """The passages in the order the prompt shows (and numbers) them."""
-    return canonical_order(passages) if order == "canonical" else list(passages)
+    """The passages in the order a fresh layout shows them (no remembered prompts)."""
+    return PassageLayout(order).arrange(passages)
 
 
 def format_passages(passages: list[Passage]) -> str:

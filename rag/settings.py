@@ -30,8 +30,11 @@ class Settings(BaseSettings):
     embedding_model: str | None = Field(
         None, description="sentence-transformers dir; empty = all-MiniLM-L6-v2"
     )
-    generator: Literal["engine", "hf"] = Field(
-        "engine", description="engine (paged KV, continuous batching) or hf (transformers)"
+    generator: Literal["engine", "engine-process", "hf"] = Field(
+        "engine",
+        description="engine (paged KV, continuous batching), engine-process (the same engine in "
+        "a process of its own: its steps never stall the server's other work) or hf "
+        "(transformers)",
     )
     device: str = Field("auto", description="auto, cpu, cuda, cuda:N")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
@@ -141,10 +144,11 @@ class Settings(BaseSettings):
     top_k: int = Field(4, ge=1, le=50, description="passages retrieved per question")
     min_score: float = Field(0.25, ge=-1.0, le=1.0, description="cosine similarity a passage needs")
     passage_order: PassageOrder = Field(
-        "canonical",
-        description="order of the passages in the prompt: canonical (by document and position, "
-        "so questions that retrieve the same passages share their prompt's KV through the prefix "
-        "cache) or rank (best first)",
+        "reuse",
+        description="order of the passages in the prompt: reuse (a recent prompt's order for "
+        "the passages this one shares with it, then the rest best first: the prefix cache then "
+        "serves the shared passages' KV), canonical (by document and position) or rank (best "
+        "first)",
     )
     max_tokens: int = Field(160, ge=1, le=4096, description="answer length limit in tokens")
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="0 = greedy")

@@ -15,7 +15,7 @@ from engine.outputs import streamable_text
 from guards import LoopStop
 from rag import logs
 from rag.errors import InvalidInputError
-from rag.prompt import build_messages, prompt_order
+from rag.prompt import PassageLayout, build_messages
 from rag.settings import Settings
 from rag.types import AskOptions, Passage, Usage
 
@@ -52,6 +52,7 @@ class GenerateStage:
     def __init__(self, engine: EngineClient, settings: Settings):
         self.engine = engine
         self.settings = settings
+        self.layout = PassageLayout(settings.passage_order)
 
     def plan(self, question: str, passages: list[Passage], options: AskOptions) -> Plan:
         """Validated sampling parameters and a prompt that fits the context window."""
@@ -150,9 +151,10 @@ class GenerateStage:
         engine = self.engine
         room = engine.max_model_len - max_tokens
         while True:
-            shown = prompt_order(passages, self.settings.passage_order)
+            shown = self.layout.arrange(passages)
             prompt = engine.apply_chat_template(build_messages(question, shown))
             if engine.count_tokens(prompt) <= room:
+                self.layout.remember(shown)
                 return prompt, shown
             if len(passages) == 1:
                 raise InvalidInputError(

@@ -48,8 +48,8 @@ def test_bad_questions_and_unknown_index(demo_pipeline) -> None:  # type: ignore
 
 
 def test_same_passages_reuse_the_prompts_kv(demo_pipeline, llm_engine) -> None:  # type: ignore[no-untyped-def]
-    # Both retrieve the same four demo passages, ranked differently: the prompt shows them in
-    # one canonical order, so the second question's prompt is cached up to its question.
+    # Both retrieve the same four demo passages, ranked differently: the second prompt reuses
+    # the first one's order, so it is cached up to its question.
     first = demo_pipeline.ask("What does a KV cache avoid recomputing?", max_tokens=4)
     second = demo_pipeline.ask("What does the KV cache store?", max_tokens=4)
     assert [p.chunk_id for p in second.passages] == [p.chunk_id for p in first.passages]

@@ -3,7 +3,9 @@ same passages share the prompt's prefix (and its KV, through the prefix cache)."
 
 from __future__ import annotations
 
-from rag.prompt import build_messages, canonical_order, prompt_order
+from dataclasses import replace
+
+from rag.prompt import PassageLayout, build_messages, canonical_order, prompt_order
 from rag.types import Passage
 
 
@@ -33,3 +35,24 @@ def test_two_questions_over_the_same_passages_share_the_prompt_up_to_the_questio
     ranked_a = build_messages("Who?", first)[1]["content"]
     ranked_b = build_messages("When?", second)[1]["content"]
     assert ranked_a.split("Question:")[0] != ranked_b.split("Question:")[0]
+
+
+def test_reuse_keeps_a_recent_prompts_leading_passages_in_front() -> None:
+    layout = PassageLayout("reuse")
+    film, cast, other, more = (passage(d, 0, 0.5) for d in ("film", "cast", "other", "more"))
+    first = layout.arrange([replace(film, score=0.9), cast, other])
+    assert [p.doc_id for p in first] == ["film", "cast", "other"]  # nothing remembered: by rank
+    layout.remember(first)
+    # The next question ranks the shared passages differently: the remembered order comes
+    # first as far as this question also shows those passages, the rest follow by rank.
+    second = layout.arrange([replace(cast, score=0.8), replace(film, score=0.7), more])
+    assert [p.doc_id for p in second] == ["film", "cast", "more"]
+    # The same set as a remembered prompt gets that prompt's order exactly.
+    assert [p.doc_id for p in layout.arrange([other, cast, film])] == ["film", "cast", "other"]
+    # Without a shared leading passage, rank order.
+    assert [p.doc_id for p in layout.arrange([more, cast])] == ["more", "cast"]
+    # Only prompts actually sent are remembered, and the memory is bounded.
+    small = PassageLayout("reuse", memory=1)
+    small.remember([film, cast])
+    small.remember([other, more])
+    assert [p.doc_id for p in small.arrange([cast, film])] == ["cast", "film"]
