@@ -163,12 +163,12 @@ class ProcessEngine:
         return self._stats
 
     def check_health(self) -> None:
+        if self._stopped:
+            raise EngineUnavailableError("the engine is shut down")
         if self._error is not None:
             raise EngineUnavailableError(f"the engine process failed: {self._error!r}") from (
                 self._error
             )
-        if self._stopped:
-            raise EngineUnavailableError("the engine is shut down")
         if not self._process.is_alive():
             raise EngineUnavailableError(
                 f"the engine process exited (exit code {self._process.exitcode})"
@@ -294,12 +294,16 @@ class _ChildLoop:
                 return
             self._receive(block=False)
 
+    def _collect(self, output: RequestOutput) -> None:
+        """Sink of every request: its outputs go out with the step's message."""
+        self.outbox.append(output)
+
     def _handle(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
         if kind == "add":
             _, request_id, ids, params = message
             try:
-                self.engine.add_request(ids, params, request_id, sink=self.outbox.append)
+                self.engine.add_request(ids, params, request_id, sink=self._collect)
             except Exception as exc:
                 self.conn.send(("rejected", request_id, _picklable(exc)))
         elif kind == "abort":

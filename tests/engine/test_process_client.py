@@ -108,7 +108,7 @@ def test_a_dead_child_fails_the_waiting_callers_and_the_health_check() -> None:
         client.check_health()
 
         async def killed_while_generating() -> None:
-            stream = client.generate([5, 6, 7, 8], SamplingParams(max_tokens=2000, ignore_eos=True))
+            stream = client.generate([5, 6, 7, 8], SamplingParams(max_tokens=1000, ignore_eos=True))
             async for out in stream:
                 if out.outputs[0].token_ids:
                     pid = client._process.pid

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import multiprocessing
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -282,3 +283,35 @@ def test_an_unreadable_index_is_left_out_of_the_listing(client: TestClient, demo
     assert listed.status_code == 200
     assert [i["name"] for i in listed.json()] == ["demo"]
     assert client.get("/v1/indexes/other-model").status_code == 409
+
+
+@pytest.mark.slow
+def test_the_engine_in_its_own_process_serves_the_app(tmp_path: Path) -> None:
+    from rag.settings import Settings
+
+    settings = Settings(
+        index_dir=tmp_path / "indexes",
+        data_dir=tmp_path / "data",
+        generator="engine-process",
+        kv_cache_memory_mb=128,
+        max_tokens=48,
+        _env_file=None,
+    )
+    with TestClient(create_app(settings)) as http:
+        for _ in range(1200):
+            ready = http.get("/readyz")
+            if ready.json()["status"] != "loading":
+                break
+            time.sleep(0.1)
+        assert ready.status_code == 200, ready.json()
+        answer = http.post("/v1/ask", json={"question": "What does a KV cache avoid recomputing?"})
+        assert answer.status_code == 200 and answer.json()["citations"], answer.json()
+        metrics = http.get("/metrics").text
+        generated = [
+            line for line in metrics.splitlines() if line.startswith("ragguard:generation_tokens")
+        ]
+        assert generated and float(generated[0].split()[-1]) > 0
+        assert http.get("/healthz").status_code == 200
+        assert [p.name for p in multiprocessing.active_children()] == ["ragguard-engine"]
+    # Leaving the app shut the engine down: its process is gone.
+    assert multiprocessing.active_children() == []
