@@ -22,6 +22,8 @@ g. Prompt-lookup speculation on RAG answers: MuSiQue questions with four of thei
    with speculation on (``ours-prompt-lookup``), which must not lose throughput.
 h. Beam search, k = 4, four beams returned, against ``transformers.generate(num_beams=4)`` on
    the same parity prompts, alternated: total time and identical beams.
+(i, RAG prefill: the prompt's layout and the prefix cache on a stream of related questions, and
+prefill against ``torch.mm``, is ``benchmarks/rag_prefill.py``: it needs an index.)
 
 With ``--device cuda --cuda-graphs``, (a) and (c) also run our engine with decode steps replayed as
 CUDA graphs (``ours-cuda-graphs``), side by side with the eager engine; GPU runs report peak GPU
