@@ -8,7 +8,6 @@ blocks.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import threading
@@ -17,7 +16,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from engine.client import EngineUnavailableError, generate_all
+from engine.client import EngineUnavailableError, OutputStreams, generate_all
 from engine.config import EngineConfig
 from engine.llm_engine import EngineStats, LLMEngine
 from engine.outputs import RequestOutput
@@ -33,9 +32,7 @@ class AsyncEngine:
 
     def __init__(self, engine: LLMEngine | EngineConfig | None = None):
         self.engine = engine if isinstance(engine, LLMEngine) else LLMEngine(engine)
-        self._streams: dict[
-            str, tuple[asyncio.AbstractEventLoop, asyncio.Queue[RequestOutput | BaseException]]
-        ] = {}
+        self._streams = OutputStreams()
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._error: BaseException | None = None
@@ -67,29 +64,21 @@ class AsyncEngine:
         """Stream the request's outputs as tokens arrive."""
         self.check_health()
         request_id = request_id or uuid.uuid4().hex
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
-
-        def sink(output: RequestOutput) -> None:  # called on the engine's thread
-            loop.call_soon_threadsafe(queue.put_nowait, output)
-
-        self.engine.add_request(prompt, params, request_id, sink=sink)  # a duplicate id raises here
-        self._streams[request_id] = (loop, queue)
-        self._wake.set()
-        finished = False
+        self._streams.open(request_id)  # a duplicate id raises here
         try:
-            while True:
-                item = await queue.get()
-                if isinstance(item, BaseException):
-                    raise item
-                finished = item.finished
-                yield item
-                if finished:
-                    return
-        finally:
-            self._streams.pop(request_id, None)
-            if not finished:
-                self.engine.abort(request_id)
+            self.engine.add_request(
+                prompt, params, request_id, sink=lambda out: self._streams.deliver(request_id, out)
+            )
+        except BaseException:
+            self._streams.close(request_id)
+            raise
+        self._wake.set()
+        # aclosing: leaving this stream early closes the inner one at once (abort, free)
+        async with contextlib.aclosing(
+            self._streams.read(request_id, self.engine.abort)
+        ) as outputs:
+            async for output in outputs:
+                yield output
 
     async def generate_full(self, prompt: Prompt, params: SamplingParams) -> RequestOutput:
         """The finished output only."""
@@ -115,12 +104,7 @@ class AsyncEngine:
         self._stopped.set()
         self._wake.set()
         self._thread.join(timeout=10)
-        self._fail_waiting(EngineUnavailableError("the engine is shut down"))
-
-    def _fail_waiting(self, exc: BaseException) -> None:
-        for loop, queue in list(self._streams.values()):
-            with contextlib.suppress(RuntimeError):  # that caller's loop is gone
-                loop.call_soon_threadsafe(queue.put_nowait, exc)
+        self._streams.fail_all(EngineUnavailableError("the engine is shut down"))
 
     # ------------------------------------------------------------------ loop
     def _gather_arrivals(self) -> None:
@@ -150,5 +134,5 @@ class AsyncEngine:
             except BaseException as exc:  # deliver to every waiting caller, then stop
                 logger.exception("engine step failed")
                 self._error = exc
-                self._fail_waiting(exc)
+                self._streams.fail_all(exc)
                 return

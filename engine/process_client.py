@@ -22,7 +22,6 @@ raises.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import multiprocessing
@@ -34,7 +33,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-from engine.client import EngineUnavailableError
+from engine.client import EngineUnavailableError, OutputStreams
 from engine.config import EngineConfig
 from engine.outputs import RequestOutput
 from engine.prompts import Prompt, PromptTokenizer
@@ -72,9 +71,7 @@ class ProcessEngine:
         info = self._await_ready(startup_timeout_s or STARTUP_TIMEOUT_S)
         self._info = info
         self.prompts = PromptTokenizer(info.tokenizer, info.max_model_len)
-        self._streams: dict[
-            str, tuple[asyncio.AbstractEventLoop, asyncio.Queue[RequestOutput | BaseException]]
-        ] = {}
+        self._streams = OutputStreams()
         self._send_lock = threading.Lock()
         self._stats: EngineStats | None = None
         self._error: BaseException | None = None
@@ -130,29 +127,19 @@ class ProcessEngine:
         """Stream the request's outputs as the child's steps add tokens."""
         self.check_health()
         request_id = request_id or uuid.uuid4().hex
-        if request_id in self._streams:
-            raise ValueError(f"request id {request_id!r} is already in use")
         ids = self.prompts.prompt_ids(prompt, params)  # a prompt that does not fit fails here
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
-        self._streams[request_id] = (loop, queue)
-        finished = False
+        self._streams.open(request_id)  # a duplicate id raises here
         try:
             self._send(("add", request_id, ids, params))
-            while True:
-                item = await queue.get()
-                if isinstance(item, BaseException):
-                    raise item
-                finished = item.finished
+        except BaseException:
+            self._streams.close(request_id)
+            raise
+        # aclosing: leaving this stream early closes the inner one at once (abort, free)
+        async with contextlib.aclosing(self._streams.read(request_id, self.abort)) as outputs:
+            async for output in outputs:
                 if isinstance(prompt, str):
-                    item.prompt = prompt
-                yield item
-                if finished:
-                    return
-        finally:
-            self._streams.pop(request_id, None)
-            if not finished:
-                self.abort(request_id)
+                    output.prompt = prompt
+                yield output
 
     def abort(self, request_id: str) -> None:
         with contextlib.suppress(EngineUnavailableError):
@@ -185,7 +172,7 @@ class ProcessEngine:
         if self._process.is_alive():
             self._process.kill()
             self._process.join(timeout=5)
-        self._fail_waiting(EngineUnavailableError("the engine is shut down"))
+        self._streams.fail_all(EngineUnavailableError("the engine is shut down"))
         self._conn.close()
 
     # -------------------------------------------------------------- plumbing
@@ -196,17 +183,6 @@ class ProcessEngine:
         except (OSError, ValueError) as exc:  # a closed pipe: the child is gone
             raise EngineUnavailableError("the engine process is gone") from exc
 
-    def _deliver(self, request_id: str, item: RequestOutput | BaseException) -> None:
-        stream = self._streams.get(request_id)
-        if stream is not None:
-            loop, queue = stream
-            with contextlib.suppress(RuntimeError):  # that caller's loop is gone
-                loop.call_soon_threadsafe(queue.put_nowait, item)
-
-    def _fail_waiting(self, exc: BaseException) -> None:
-        for request_id in list(self._streams):
-            self._deliver(request_id, exc)
-
     def _read(self) -> None:
         """Route the child's messages until the pipe closes."""
         while True:
@@ -216,19 +192,19 @@ class ProcessEngine:
                 if not self._stopped:
                     self._error = EngineUnavailableError("the engine process exited")
                     logger.error("the engine process exited (code %s)", self._process.exitcode)
-                self._fail_waiting(EngineUnavailableError("the engine process exited"))
+                self._streams.fail_all(EngineUnavailableError("the engine process exited"))
                 return
             kind = message[0]
             if kind == "step":
                 _, outputs, stats = message
                 self._stats = stats
                 for output in outputs:
-                    self._deliver(output.request_id, output)
+                    self._streams.deliver(output.request_id, output)
             elif kind == "rejected":
-                self._deliver(message[1], message[2])
+                self._streams.deliver(message[1], message[2])
             elif kind == "failed":
                 self._error = message[1]
-                self._fail_waiting(
+                self._streams.fail_all(
                     EngineUnavailableError(f"the engine step failed: {message[1]!r}")
                 )
 
