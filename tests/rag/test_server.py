@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -240,6 +241,16 @@ def test_a_request_without_content_length_is_refused(client: TestClient) -> None
     assert response.status_code == 411 and "Content-Length" in response.json()["detail"]
 
 
+def readiness_after_loading(http: TestClient, timeout_s: float) -> httpx.Response:
+    """``/readyz`` once the background load has ended (or the last answer after ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ready = http.get("/readyz")
+        if ready.json()["status"] != "loading" or time.monotonic() > deadline:
+            return ready
+        time.sleep(0.1)
+
+
 def test_model_routes_answer_503_while_loading(tmp_path: Path) -> None:
     from rag.settings import Settings
 
@@ -250,11 +261,7 @@ def test_model_routes_answer_503_while_loading(tmp_path: Path) -> None:
         _env_file=None,
     )
     with TestClient(create_app(settings)) as http:
-        for _ in range(100):
-            ready = http.get("/readyz")
-            if ready.json()["status"] != "loading":
-                break
-            time.sleep(0.1)
+        ready = readiness_after_loading(http, timeout_s=10)
         assert ready.status_code == 503 and ready.json()["status"] == "failed"
         assert "missing.gguf" in ready.json()["error"]
         response = http.post("/v1/ask", json={"question": "hi"})
@@ -298,11 +305,7 @@ def test_the_engine_in_its_own_process_serves_the_app(tmp_path: Path) -> None:
         _env_file=None,
     )
     with TestClient(create_app(settings)) as http:
-        for _ in range(1200):
-            ready = http.get("/readyz")
-            if ready.json()["status"] != "loading":
-                break
-            time.sleep(0.1)
+        ready = readiness_after_loading(http, timeout_s=120)
         assert ready.status_code == 200, ready.json()
         answer = http.post("/v1/ask", json={"question": "What does a KV cache avoid recomputing?"})
         assert answer.status_code == 200 and answer.json()["citations"], answer.json()
