@@ -87,6 +87,7 @@ def test_beams_are_those_of_transformers(llm_engine: LLMEngine, generator) -> No
     assert llm_engine.block_manager.num_used_blocks == 0
 
 
+@pytest.mark.slow  # 7 s
 def test_beam_search_runs_beside_other_requests_and_needs_the_reservation(
     llm_engine: LLMEngine,
 ) -> None:

@@ -102,6 +102,7 @@ def test_bad_requests_fail_with_the_engines_errors(process_engine: ProcessEngine
     process_engine.check_health()
 
 
+@pytest.mark.slow  # a second child process to kill
 def test_a_dead_child_fails_the_waiting_callers_and_the_health_check() -> None:
     client = ProcessEngine(CONFIG)
     try:

@@ -149,6 +149,7 @@ def test_greedy_speculation_gives_exactly_the_tokens_of_plain_decoding(
     assert spec_engine.block_manager.num_used_blocks == 0  # every rejected slot given back
 
 
+@pytest.mark.slow  # 16 s
 def test_speculation_with_prefix_cache_off_n_samples_and_preemption(
     llm_engine: LLMEngine,
 ) -> None:

@@ -173,6 +173,7 @@ def test_request_logs_are_json_records_without_keys_or_question_text(
     assert all({"time", "level", "logger", "message"} <= r.keys() for r in records)
 
 
+@pytest.mark.slow  # 31 s: the default tier stays under 10 minutes
 def test_sigterm_lets_streams_finish_within_the_grace_period_and_aborts_the_rest(
     serve: Any,
 ) -> None:
