@@ -95,11 +95,6 @@ class PassageLayout:
                 self._recent.popitem(last=False)
 
 
-def prompt_order(passages: list[Passage], order: PassageOrder) -> list[Passage]:
-    """The passages in the order a fresh layout shows them (no remembered prompts)."""
-    return PassageLayout(order).arrange(passages)
-
-
 def format_passages(passages: list[Passage]) -> str:
     """Passages numbered from 1, in the order given."""
     return "\n\n".join(f"[{i}] {' '.join(p.text.split())}" for i, p in enumerate(passages, start=1))

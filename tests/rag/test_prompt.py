@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from rag.prompt import PassageLayout, build_messages, canonical_order, prompt_order
+from rag.prompt import PassageLayout, build_messages, canonical_order
 from rag.types import Passage
 
 
@@ -18,7 +18,9 @@ def test_canonical_order_is_by_document_then_position_whatever_the_scores() -> N
     ordered = canonical_order(ranked)
     assert [p.chunk_id for p in ordered] == ["a#3", "b#2", "b#10"]  # b#2 before b#10
     assert canonical_order(list(reversed(ranked))) == ordered
-    assert prompt_order(ranked, "rank") == ranked and prompt_order(ranked, "rank") is not ranked
+    assert PassageLayout("canonical").arrange(ranked) == ordered
+    by_rank = PassageLayout("rank").arrange(ranked)
+    assert by_rank == ranked and by_rank is not ranked
 
 
 def test_two_questions_over_the_same_passages_share_the_prompt_up_to_the_question() -> None:
@@ -26,7 +28,7 @@ def test_two_questions_over_the_same_passages_share_the_prompt_up_to_the_questio
     second = [passage("y", 1, 0.8), passage("x", 0, 0.7)]  # same set, another ranking
 
     def user_text(question: str, passages: list[Passage]) -> str:
-        return build_messages(question, prompt_order(passages, "canonical"))[1]["content"]
+        return build_messages(question, PassageLayout("canonical").arrange(passages))[1]["content"]
 
     a, b = user_text("Who?", first), user_text("When?", second)
     shared = a.split("Question:")[0]
