@@ -77,7 +77,7 @@ class Pipeline:
         self.generator = GenerateStage(self.engine, settings)
         self.checker = AnswerChecker(settings, embedder) if settings.guards_enabled else None
         self.verifier = (
-            SelfVerifier(self.engine)
+            SelfVerifier(self.engine, settings.system_prompt)
             if self.checker is not None and settings.self_verification
             else None
         )

@@ -100,7 +100,9 @@ def format_passages(passages: list[Passage]) -> str:
     return "\n\n".join(f"[{i}] {' '.join(p.text.split())}" for i, p in enumerate(passages, start=1))
 
 
-def build_messages(question: str, passages: list[Passage]) -> list[dict[str, str]]:
+def build_messages(
+    question: str, passages: list[Passage], system_prompt: str = SYSTEM_PROMPT
+) -> list[dict[str, str]]:
     """Chat messages asking for an answer grounded in ``passages``, in the order given."""
     user = f"Passages:\n{format_passages(passages)}\n\nQuestion: {question.strip()}\nAnswer:"
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": system_prompt}, {"role": "user", "content": user}]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from rag.prompt import PassageOrder
+from rag.prompt import SYSTEM_PROMPT, PassageOrder
 
 if TYPE_CHECKING:
     from engine import EngineConfig
@@ -149,6 +149,12 @@ class Settings(BaseSettings):
         "the passages this one shares with it, then the rest best first: the prefix cache then "
         "serves the shared passages' KV), canonical (by document and position) or rank (best "
         "first)",
+    )
+    system_prompt: str = Field(
+        SYSTEM_PROMPT,
+        min_length=1,
+        max_length=4000,
+        description="the rule the generator answers by, sent before the passages",
     )
     max_tokens: int = Field(160, ge=1, le=4096, description="answer length limit in tokens")
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="0 = greedy")

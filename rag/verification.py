@@ -14,7 +14,7 @@ from typing import Any
 
 from engine import SamplingParams
 from engine.client import EngineClient, generate_all
-from rag.prompt import build_messages
+from rag.prompt import SYSTEM_PROMPT, build_messages
 from rag.types import Passage
 
 VERIFY_QUESTION = "Is your answer correct and supported by the passages? Reply yes or no."
@@ -37,8 +37,9 @@ def _word_token_ids(tokenizer: Any, words: Sequence[str]) -> frozenset[int]:
 class SelfVerifier:
     """P(yes) that an answer is correct, asked of the generator that wrote it."""
 
-    def __init__(self, engine: EngineClient):
+    def __init__(self, engine: EngineClient, system_prompt: str = SYSTEM_PROMPT):
         self.engine = engine
+        self.system_prompt = system_prompt
         tokenizer = engine.tokenizer
         if tokenizer is None:
             raise ValueError(f"{type(engine).__name__} exposes no tokenizer to read yes/no")
@@ -51,7 +52,7 @@ class SelfVerifier:
     def prompt(self, question: str, passages: list[Passage], answer: str) -> str:
         """The answer's own conversation, then the verification question."""
         messages = [
-            *build_messages(question, passages),
+            *build_messages(question, passages, self.system_prompt),
             {"role": "assistant", "content": answer},
             {"role": "user", "content": VERIFY_QUESTION},
         ]

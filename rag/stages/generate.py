@@ -152,7 +152,9 @@ class GenerateStage:
         room = engine.max_model_len - max_tokens
         while True:
             shown = self.layout.arrange(passages)
-            prompt = engine.apply_chat_template(build_messages(question, shown))
+            prompt = engine.apply_chat_template(
+                build_messages(question, shown, self.settings.system_prompt)
+            )
             if engine.count_tokens(prompt) <= room:
                 self.layout.remember(shown)
                 return prompt, shown

@@ -259,3 +259,20 @@ def test_the_speculative_settings_reach_the_engine_config(monkeypatch: pytest.Mo
     monkeypatch.setenv("RAGGUARD_PROMPT_LOOKUP_MIN", "5")
     with pytest.raises(ValidationError, match="prompt_lookup_min"):
         Settings(_env_file=None)
+
+
+def test_the_system_prompt_is_a_setting_and_self_verification_shares_it(pipeline, settings) -> None:  # type: ignore[no-untyped-def]
+    from rag.stages.generate import GenerateStage
+    from rag.types import AskOptions
+    from rag.verification import SelfVerifier
+
+    rule = "Answer in three words from the passages below."
+    custom = settings.model_copy(update={"system_prompt": rule})
+    passages = [Passage("d1", "d1#0", "Alpha text.", 0.9)]
+    plan = GenerateStage(pipeline.engine, custom).plan("Why?", passages, AskOptions())
+    assert rule in plan.prompt and "I don't know" not in plan.prompt
+    default = GenerateStage(pipeline.engine, settings).plan("Why?", passages, AskOptions())
+    assert rule not in default.prompt and "I don't know" in default.prompt
+    # Self-verification asks on the answer's own conversation: its prompt starts with the plan's.
+    verify = SelfVerifier(pipeline.engine, rule).prompt("Why?", passages, "Alpha.")
+    assert verify.startswith(plan.prompt)
