@@ -31,8 +31,11 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# The default tier stays under 10 minutes on 2 cores; tests marked slow (fuzzing, kill -9 crash
-# points, the longest engine tests) run in `make test-slow`, and CI runs both.
+# Three tiers. `make test-fast` (under 2 minutes on 2 cores): no real model is loaded (a test that
+# needs a pipeline uses the fakes of tests/fakes.py; one that loads a model without the `model`
+# mark fails). `make test` (under 10 minutes): lint, then the fast tier and the tests marked
+# `model`. `make test-slow`: fuzzing, kill -9 crash points, the longest engine tests. CI runs
+# `make test` and `make test-slow`.
 test: lint
 	$(BIN)/python -m pytest -q -m "not slow"
 
@@ -40,7 +43,7 @@ test-slow: install
 	$(BIN)/python -m pytest -q -m slow
 
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow and not model"
 
 format: install
 	$(BIN)/ruff check --fix .

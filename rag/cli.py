@@ -42,11 +42,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     )
     from engine import EngineConfig
 
+    # Read the files first: a wrong path fails at once, before a model loads or an index is made.
+    documents = [doc for path in args.paths for doc in load_path(Path(path))]
     device = EngineConfig(device=settings.device).resolved_device()
     embedder = Embedder(settings.embedding_model, device=device, allow_hub=settings.allow_hub)
     registry = CollectionRegistry.from_settings(settings, embedder)
     collection = registry.get(settings.index_name, create=True)
-    documents = [doc for path in args.paths for doc in load_path(Path(path))]
     report = collection.ingest(documents, show_progress=not args.quiet)
     info = collection.info()
     print(

@@ -85,6 +85,41 @@ def demo_pipeline(pipeline, demo_index_template):  # type: ignore[no-untyped-def
     return pipeline
 
 
+@pytest.fixture(scope="session")
+def fake_demo_index_template(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
+    """The demo collection indexed with the hashing embedder (real FAISS), once per session."""
+    from rag.collection import CollectionRegistry
+    from rag.demo import DEMO_INDEX, demo_collection_path
+    from rag.documents import load_path
+    from rag.settings import Settings
+    from tests.fakes import HashingEmbedder
+
+    root = tmp_path_factory.mktemp("fake-demo-template")
+    defaults = Settings(_env_file=None)
+    registry = CollectionRegistry(
+        root,
+        HashingEmbedder(),
+        chunk_size=defaults.chunk_size,
+        chunk_overlap=defaults.chunk_overlap,
+    )
+    registry.get(DEMO_INDEX, create=True).ingest(load_path(demo_collection_path()))
+    registry.close()
+    return root / DEMO_INDEX
+
+
+@pytest.fixture
+def fake_pipeline(settings, fake_demo_index_template) -> Iterator[object]:  # type: ignore[no-untyped-def]
+    """A pipeline over a copy of the demo collection with both models replaced by the fakes of
+    ``tests.fakes``: real FAISS, SQLite, guards and policy, no model loaded."""
+    from rag.pipeline import Pipeline
+    from tests.fakes import HashingEmbedder, ScriptedGenerator
+
+    shutil.copytree(fake_demo_index_template, settings.index_dir / "demo")
+    pipe = Pipeline(settings, HashingEmbedder(), ScriptedGenerator())  # type: ignore[arg-type]
+    yield pipe
+    pipe.close()
+
+
 @pytest.fixture
 def live_server() -> Iterator[Callable[[object], str]]:
     """``live_server(app)``: serve the ASGI app with uvicorn on a free loopback port in a thread
@@ -119,13 +154,43 @@ def live_server() -> Iterator[Callable[[object], str]]:
         thread.join(timeout=15)
 
 
+MODEL_FIXTURES = frozenset(
+    {"embedder", "generator", "llm_engine", "pipeline", "demo_pipeline", "demo_index_template"}
+)
+"""Fixtures that load a real model: a test using one is marked ``model`` automatically."""
+
+
 def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
-    """Skip tests marked ``gpu`` on machines without CUDA."""
+    """Mark tests that use a real model's fixture ``model``; skip tests marked ``gpu`` on
+    machines without CUDA."""
     import torch
 
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs CUDA")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _real_models_only_when_marked(request, monkeypatch):  # type: ignore[no-untyped-def]
+    """A test not marked ``model`` (or ``slow``) must not load a real model: the fast tier
+    (``make test-fast``) stays fast, and the marks stay true. Use ``tests.fakes`` instead."""
+    if "model" in request.keywords or "slow" in request.keywords:
+        return
+    from engine.hf_generator import HFGenerator
+    from engine.llm_engine import LLMEngine
+    from rag.embed import Embedder
+
+    def refuse(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError(
+            f"{request.node.nodeid} loads a real model ({type(self).__name__}) but is not "
+            "marked model: mark it, or use the fakes of tests/fakes.py"
+        )
+
+    for cls in (Embedder, LLMEngine, HFGenerator):
+        monkeypatch.setattr(cls, "__init__", refuse)

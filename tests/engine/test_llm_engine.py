@@ -268,6 +268,7 @@ def test_bad_requests_are_clear_errors(engine: LLMEngine) -> None:
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.model
 def test_half_precision_runs_on_cpu(dtype: str) -> None:
     half = LLMEngine(EngineConfig(device="cpu", dtype=dtype, kv_cache_memory_bytes=32 << 20))
     assert half.runner.kv_caches[0][0].dtype == getattr(torch, dtype)

@@ -18,6 +18,9 @@ from engine.process_client import ProcessEngine
 CONFIG = EngineConfig(device="cpu", dtype="float32", max_num_seqs=8, kv_cache_memory_bytes=64 << 20)
 
 
+pytestmark = pytest.mark.model  # every test here loads a real model's weights
+
+
 @pytest.fixture(scope="module")
 def process_engine() -> Iterator[ProcessEngine]:
     client = build_engine_client(CONFIG, "engine-process")

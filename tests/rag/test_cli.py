@@ -41,6 +41,7 @@ def test_help_does_not_import_heavy_libraries() -> None:
         assert command in help_text.stdout
 
 
+@pytest.mark.model
 def test_ingest_info_ask_and_delete(tmp_path: Path) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()

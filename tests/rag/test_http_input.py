@@ -21,8 +21,8 @@ JSON = {"content-type": "application/json"}
 
 
 @pytest.fixture
-def client(demo_pipeline) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
-    with TestClient(create_app(pipeline=demo_pipeline)) as http:
+def client(fake_pipeline) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+    with TestClient(create_app(pipeline=fake_pipeline)) as http:
         yield http
 
 
@@ -144,8 +144,8 @@ def test_the_openai_routes_are_strict_too(client: TestClient, model: str) -> Non
 
 
 @pytest.fixture
-def model(demo_pipeline) -> str:  # type: ignore[no-untyped-def]
-    name: str = demo_pipeline.engine.model_name
+def model(fake_pipeline) -> str:  # type: ignore[no-untyped-def]
+    name: str = fake_pipeline.engine.model_name
     return name
 
 

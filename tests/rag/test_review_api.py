@@ -26,9 +26,9 @@ BOB = {"x-reviewer": "bob"}
 
 
 @pytest.fixture
-def client(demo_pipeline) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
-    demo_pipeline.checker.policy = Policy(abstain_below=0.0, review_below=1.0)  # all to review
-    with TestClient(create_app(pipeline=demo_pipeline)) as http:
+def client(fake_pipeline) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+    fake_pipeline.checker.policy = Policy(abstain_below=0.0, review_below=1.0)  # all to review
+    with TestClient(create_app(pipeline=fake_pipeline)) as http:
         yield http
 
 

@@ -28,6 +28,7 @@ def test_a_missing_index_fails_before_any_model_loads(
     assert "ragguard ingest FOLDER --index handbook" in message and "RAGGUARD_INDEX_DIR" in message
 
 
+@pytest.mark.model
 def test_the_readme_example_builds_the_demo_index_on_first_use_anywhere(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -251,6 +251,7 @@ def readiness_after_loading(http: TestClient, timeout_s: float) -> httpx.Respons
         time.sleep(0.1)
 
 
+@pytest.mark.model
 def test_model_routes_answer_503_while_loading(tmp_path: Path) -> None:
     from rag.settings import Settings
 

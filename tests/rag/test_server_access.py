@@ -112,6 +112,7 @@ def test_the_app_says_loudly_when_authentication_is_off(
     assert "loopback" in loud[0].getMessage()
 
 
+@pytest.mark.model
 def test_readiness_details_need_a_valid_key(client: TestClient) -> None:
     local = wait_until_failed(client, {}).json()  # no keys, a local caller: the details
     assert local["status"] == "failed" and "missing.gguf" in local["error"]
