@@ -2,13 +2,15 @@
 
 The grounding guard asks whether the answer's sentences are supported; this one asks whether the
 answer gives what the question asks for (a yes/no, a number, a name), whether it adds anything to
-the question (an answer that only restates the question answers nothing), and whether its core
-span occurs in the passages, and in the best-ranked one.
+the question (an answer that only restates the question answers nothing), whether its core span
+occurs in the passages, and in the best-ranked one, and whether a passage states it *about what
+the question asks*: a name found in a sentence about another year or another film is no support
+(``context_match``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from guards.answers import (
@@ -21,7 +23,7 @@ from guards.answers import (
     states_no_answer,
 )
 from guards.base import Guard, GuardContext, GuardResult, Outcome
-from guards.text import content_words, overlap
+from guards.text import content_words, key_terms, overlap, sentences
 
 
 def span_support(answer: str, question: str, passage: str) -> float:
@@ -34,6 +36,37 @@ def span_support(answer: str, question: str, passage: str) -> float:
     return overlap(words, content_words(passage))
 
 
+def context_match(answer: str, question: str, passages: Sequence[str]) -> float | None:
+    """How much of what the question is about the passages state beside the answer.
+
+    The question's names and numbers (its content words when it has none) that the answer does
+    not itself repeat are looked for in each passage sentence that holds the answer's core (or
+    half the words it adds to the question), together with that passage's first sentence, which
+    names what the passage is about. The best share over those sentences; None when no sentence
+    holds the answer, or the answer adds nothing to look for. "Who won the 2021 Tour?" answered
+    from "Egan Bernal won the 2019 Tour" scores low: the sentence is about another year."""
+    core = answer_core(answer)
+    fresh = new_words(answer, question)
+    normal = normalize_answer(core)
+    if not normal or not fresh:
+        return None
+    answered = content_words(core) | key_terms(core)
+    wanted = key_terms(question) - answered or content_words(question) - answered
+    if not wanted:
+        return None
+    best: float | None = None
+    for passage in passages:
+        said = sentences(passage)
+        for sentence in said:
+            holds = f" {normal} " in f" {normalize_answer(sentence)} "
+            if not holds and overlap(fresh, content_words(sentence)) < 0.5:
+                continue
+            window = f"{said[0]} {sentence}"
+            share = overlap(wanted, content_words(window) | key_terms(window))
+            best = share if best is None else max(best, share)
+    return best
+
+
 class AnswerEvidenceGuard(Guard):
     """PASS when the answer has the asked-for kind, adds to the question and is found in a
     passage; score = how much of its core the best passage holds."""
@@ -44,6 +77,7 @@ class AnswerEvidenceGuard(Guard):
         "span_in_top_passage": 1,
         "kind_match": 1,
         "answers_question": 1,
+        "context_match": 1,
     }
 
     def __init__(self, *, min_support: float = 0.5):
@@ -76,6 +110,10 @@ class AnswerEvidenceGuard(Guard):
             best = max(range(len(support)), key=lambda i: ctx.passages[i].score)
             signals["span_in_top_passage"] = support[best] - 0.5
             evidence["support_by_passage"] = support
+            matched = context_match(ctx.answer, ctx.question, [p.text for p in ctx.passages])
+            if matched is not None:
+                signals["context_match"] = matched - 0.5
+                evidence["context_match"] = matched
             if score < self.min_support:
                 problems.append("no passage holds the answer")
         if problems:

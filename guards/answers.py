@@ -15,6 +15,7 @@ from guards.text import content_words, key_terms, strip_markers
 
 _LEADS = re.compile(
     r"^\s*(?:\d+[.)]\s*)?(?:(?:the\s+)?(?:final\s+|short\s+|correct\s+)?answer\s*(?:is|:)\s*:?"
+    r"|passages?\s*:"  # an echo of the prompt's label: "Passage: [5] The Hukilau Song is..."
     r"|based on (?:the )?(?:passages?|context|information)[^,:]*[,:]"
     r"|according to (?:the )?(?:passages?|context)[^,:]*[,:])\s*",
     re.IGNORECASE,

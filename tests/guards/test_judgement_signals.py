@@ -9,7 +9,7 @@ from typing import ClassVar
 import pytest
 
 from guards import Candidate, Evidence, Guard, GuardChain, GuardContext, GuardResult, Outcome
-from guards.alignment import AnswerEvidenceGuard
+from guards.alignment import AnswerEvidenceGuard, context_match
 from guards.answers import QuestionKind, answer_core, question_kind, verdict
 from guards.confidence import features
 from guards.conflict import EvidenceConflictGuard
@@ -187,3 +187,23 @@ def test_undeclared_signals_are_dropped() -> None:
 def test_the_graph_guard_needs_a_graph() -> None:
     names = [g.name for g in build_guards(None, GuardDeps())]
     assert "knowledge_graph" not in names and "answer_evidence" in names
+
+
+def test_an_echoed_passage_label_is_not_part_of_the_answer() -> None:
+    pasted = "Passage: [5] The Hukilau Song is a song written by Jack Owens in 1948. Passage: [2]"
+    assert answer_core(pasted) == "The Hukilau Song is a song written by Jack Owens in 1948"
+
+
+def test_context_match_wants_the_answer_stated_about_what_the_question_asks() -> None:
+    question = "Who won the 2021 Tour de France?"
+    right_year = ["The 2021 Tour de France was a success. Tadej Pogacar won the 2021 race."]
+    other_year = ["Egan Bernal won the 2019 Tour de France. He is from Colombia."]
+    about = context_match("Tadej Pogacar won it.", question, right_year)
+    elsewhere = context_match("Egan Bernal won it.", question, other_year)
+    assert about == 1.0  # 2021, Tour, France all beside the name (the first sentence counts)
+    assert elsewhere is not None and elsewhere < about  # the sentence is about 2019
+    assert context_match("Somebody else.", question, other_year) is None  # no passage holds it
+    assert context_match("The 2021 Tour de France.", question, right_year) is None  # adds nothing
+    ctx = GuardContext(question, "Egan Bernal won it.", (Evidence("t#0", other_year[0], 0.9),))
+    result = AnswerEvidenceGuard().check(ctx)
+    assert result.signals["context_match"] == pytest.approx(elsewhere - 0.5)
