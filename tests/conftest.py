@@ -6,6 +6,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,22 +61,29 @@ def pipeline(settings, embedder, llm_engine) -> Iterator[object]:  # type: ignor
     pipe.close()
 
 
-@pytest.fixture(scope="session")
-def demo_index_template(tmp_path_factory, embedder) -> Path:  # type: ignore[no-untyped-def]
-    """The packaged demo collection, indexed once per session; tests get a copy."""
+def index_demo(root: Path, embedder: Any) -> Path:
+    """The packaged demo collection indexed under ``root`` with ``embedder``; its folder."""
     from rag.collection import CollectionRegistry
     from rag.demo import DEMO_INDEX, demo_collection_path
     from rag.documents import load_path
     from rag.settings import Settings
 
-    root = tmp_path_factory.mktemp("demo-template")
     defaults = Settings(_env_file=None)
     registry = CollectionRegistry(
-        root, embedder, chunk_size=defaults.chunk_size, chunk_overlap=defaults.chunk_overlap
+        root,
+        embedder,
+        chunk_size=defaults.chunk_size,
+        chunk_overlap=defaults.chunk_overlap,
     )
     registry.get(DEMO_INDEX, create=True).ingest(load_path(demo_collection_path()))
     registry.close()
     return root / DEMO_INDEX
+
+
+@pytest.fixture(scope="session")
+def demo_index_template(tmp_path_factory, embedder) -> Path:  # type: ignore[no-untyped-def]
+    """The packaged demo collection, indexed once per session; tests get a copy."""
+    return index_demo(tmp_path_factory.mktemp("demo-template"), embedder)
 
 
 @pytest.fixture
@@ -88,23 +96,9 @@ def demo_pipeline(pipeline, demo_index_template):  # type: ignore[no-untyped-def
 @pytest.fixture(scope="session")
 def fake_demo_index_template(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
     """The demo collection indexed with the hashing embedder (real FAISS), once per session."""
-    from rag.collection import CollectionRegistry
-    from rag.demo import DEMO_INDEX, demo_collection_path
-    from rag.documents import load_path
-    from rag.settings import Settings
     from tests.fakes import HashingEmbedder
 
-    root = tmp_path_factory.mktemp("fake-demo-template")
-    defaults = Settings(_env_file=None)
-    registry = CollectionRegistry(
-        root,
-        HashingEmbedder(),
-        chunk_size=defaults.chunk_size,
-        chunk_overlap=defaults.chunk_overlap,
-    )
-    registry.get(DEMO_INDEX, create=True).ingest(load_path(demo_collection_path()))
-    registry.close()
-    return root / DEMO_INDEX
+    return index_demo(tmp_path_factory.mktemp("fake-demo-template"), HashingEmbedder())
 
 
 @pytest.fixture

@@ -19,7 +19,10 @@ _WORD = re.compile(r"\w+")
 _FIRST_PASSAGE = re.compile(r"\[1\] (.+?[.!?])(?:\s|$)", re.DOTALL)
 
 
-def _word_ids(text: str, vocabulary: int) -> list[int]:
+VOCABULARY = 30_000
+
+
+def _word_ids(text: str, vocabulary: int = VOCABULARY) -> list[int]:
     return [zlib.crc32(w.encode()) % vocabulary for w in _WORD.findall(text.casefold())]
 
 
@@ -32,7 +35,7 @@ class HashingEmbedder:
     max_seq_length = 256
 
     def tokenize(self, text: str) -> list[int]:
-        return _word_ids(text, 30_000)
+        return _word_ids(text)
 
     def embed(
         self, texts: list[str], *, batch_size: int = 64, show_progress: bool = False
@@ -59,11 +62,6 @@ class ScriptedGenerator:
     max_model_len = 4096
     tokenizer = None
 
-    def __init__(self, answer: str | None = None):
-        self.answer = answer
-        """A fixed answer for every prompt, or None for the first passage's first sentence."""
-        self.prompts: list[str] = []
-
     def count_tokens(self, prompt: str) -> int:
         return len(_WORD.findall(prompt)) + prompt.count("\n")
 
@@ -71,8 +69,6 @@ class ScriptedGenerator:
         return "".join(f"<{m['role']}>\n{m['content']}\n" for m in messages) + "<assistant>\n"
 
     def _text(self, prompt: str) -> str:
-        if self.answer is not None:
-            return self.answer
         found = _FIRST_PASSAGE.search(prompt)
         return f"{found.group(1)} [1]" if found else "I don't know."
 
@@ -83,20 +79,18 @@ class ScriptedGenerator:
         outputs = []
         for i, (prompt, p) in enumerate(zip(prompts, many, strict=True)):
             text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
-            self.prompts.append(text)
             words = self._text(text).split(" ")
             finish = FinishReason.STOP
             if len(words) > p.max_tokens:
                 words, finish = words[: p.max_tokens], FinishReason.LENGTH
-            ids = _word_ids(" ".join(words), 30_000) or [0]
-            ids = ids[: len(words)] + [0] * (len(words) - len(ids))
+            ids = [zlib.crc32(w.encode()) % VOCABULARY for w in words]  # one token per word
             completions = [
                 CompletionOutput(j, " ".join(words), ids, [-0.1] * len(ids), finish)
                 for j in range(p.n)
             ]
             now = time.perf_counter()
             timing = RequestTiming(now, now, now, now, [now] * len(ids))
-            prompt_ids = _word_ids(text, 30_000)
+            prompt_ids = _word_ids(text)
             outputs.append(
                 RequestOutput(f"scripted-{i}", text, prompt_ids, completions, True, timing)
             )
