@@ -95,7 +95,7 @@ def bench_stream(data_dir: Path, sessions: int, max_tokens: int) -> dict[str, An
     from rag.embed import Embedder
     from rag.eval.metrics import answer_matches
     from rag.prompt import PassageLayout, build_messages
-    from rag.retriever import VectorRetriever
+    from rag.retriever import CollectionRetriever
     from rag.settings import Settings
 
     settings = Settings(_env_file=None)
@@ -110,7 +110,7 @@ def bench_stream(data_dir: Path, sessions: int, max_tokens: int) -> dict[str, An
         )
         collection = registry.get("stream", create=True)
         collection.ingest(docs)
-        retriever = VectorRetriever(collection)
+        retriever = CollectionRetriever(collection)
         retrieved = [
             [p for p in retriever.retrieve(q, settings.top_k) if p.score >= settings.min_score]
             for q, _ in stream

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rag.index_records import RETRIEVAL_MODES
+
 if TYPE_CHECKING:
     from rag.settings import Settings
 
@@ -99,6 +101,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         "max_tokens": args.max_tokens,
         "temperature": args.temperature,
         "min_score": args.min_score,
+        "retrieval": args.retrieval,
     }
     if args.stream and args.json:
         from rag.errors import InvalidInputError
@@ -268,6 +271,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="GGUF file or model folder (default SmolLM2-135M-Instruct)")
     p.add_argument("--top-k", type=int)
     p.add_argument("--min-score", type=float)
+    p.add_argument(
+        "--retrieval",
+        choices=RETRIEVAL_MODES,
+        help="rank passages by embedding (dense), words (bm25) or both (hybrid)",
+    )
     p.add_argument("--max-tokens", type=int)
     p.add_argument("--temperature", type=float)
     p.add_argument("--server", help="ask a running server (e.g. http://127.0.0.1:8000) instead")

@@ -71,8 +71,8 @@ class Client:
         return _read(response, r.is_text)
 
     def ask(self, question: str, **options: Any) -> Result:
-        """Ask a question; options: index, top_k, min_score, max_tokens, temperature, seed,
-        abstain_below, review_below, timeout_s."""
+        """Ask a question; options: index, top_k, min_score, retrieval, max_tokens,
+        temperature, seed, abstain_below, review_below, timeout_s."""
         return Result.from_dict(self._call("POST", "/v1/ask", json=_ask_body(question, options)))
 
     def ask_stream(self, question: str, **options: Any) -> Iterator[AskEvent]:

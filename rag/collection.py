@@ -17,7 +17,7 @@ from rag.documents import Chunk, Chunker, Document
 from rag.embed import Embedder
 from rag.errors import DocumentNotFoundError, IndexNotFoundError, InvalidInputError
 from rag.index import VectorIndex
-from rag.index_records import DocumentInfo, IndexInfo, ScoredChunk
+from rag.index_records import DocumentInfo, IndexInfo, RetrievalMode, ScoredChunk
 from rag.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -205,8 +205,9 @@ class Collection:
         if not self.index.delete(doc_id):
             raise DocumentNotFoundError(f"document {doc_id!r} is not in index {self.name!r}")
 
-    def search(self, query: str, top_k: int) -> list[ScoredChunk]:
-        return self.index.search(self.embedder.embed_query(query), top_k)
+    def search(self, query: str, top_k: int, *, mode: RetrievalMode = "dense") -> list[ScoredChunk]:
+        """The ``top_k`` best chunks for ``query``, ranked as ``mode`` says (``VectorIndex``)."""
+        return self.index.search(self.embedder.embed_query(query), top_k, text=query, mode=mode)
 
 
 class CollectionRegistry:

@@ -32,12 +32,22 @@ from rag.atomic import atomic_write_bytes
 from rag.documents import Chunk, Document
 from rag.errors import IndexMismatchError, IndexNotFoundError, InvalidInputError
 from rag.faiss_store import FaissStore
-from rag.index_records import DocumentInfo, IndexInfo, ScoredChunk
+from rag.fusion import reciprocal_rank_fusion
+from rag.index_records import (
+    RETRIEVAL_MODES,
+    DocumentInfo,
+    IndexInfo,
+    RetrievalMode,
+    ScoredChunk,
+)
+from rag.lexical import LexicalStore
 
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 INDEX_TYPES = ("flat", "hnsw")
+FUSION_DEPTH = 50
+"""Hybrid search fuses this many hits (at least ``top_k``) of each of dense and BM25 search."""
 _DB_FILE = "chunks.sqlite"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -91,6 +101,7 @@ class VectorIndex:
         self._lock = threading.RLock()
         self._vectors = FaissStore(path, self.dimension, meta["index_type"], self._stored_vectors)
         self._vectors.load(self.generation, self._num_stored_vectors())
+        self._lexical = LexicalStore(path, self._stored_texts)
 
     # ----------------------------------------------------------------- opening
     @classmethod
@@ -257,26 +268,68 @@ class VectorIndex:
     def _document_info(row: tuple[Any, ...]) -> DocumentInfo:
         return DocumentInfo(row[0], row[1], int(row[2]), json.loads(row[3]), float(row[4]))
 
-    def search(self, query: np.ndarray, top_k: int) -> list[ScoredChunk]:
-        """The ``top_k`` chunks most similar to a normalised query vector, best first."""
+    def search(
+        self,
+        query: np.ndarray,
+        top_k: int,
+        *,
+        text: str | None = None,
+        mode: RetrievalMode = "dense",
+    ) -> list[ScoredChunk]:
+        """The ``top_k`` best chunks for a normalised query vector, best first.
+
+        ``mode`` ranks them by the vector (``dense``), by BM25 over ``text``, the query's words
+        (``bm25``), or by both fused by reciprocal rank (``hybrid``). Each hit's ``score`` is its
+        cosine similarity to the query vector in every mode, so one relevance threshold holds."""
         if query.shape != (self.dimension,):
             raise InvalidInputError(f"query vector must have shape ({self.dimension},)")
+        if mode not in RETRIEVAL_MODES:
+            raise InvalidInputError(f"mode must be one of {RETRIEVAL_MODES}, got {mode!r}")
+        if mode != "dense" and not (text and text.strip()):
+            raise InvalidInputError(f"{mode} search needs the query's text")
         with self._lock:
             self._catch_up()
-            hits = self._vectors.search(query, top_k)
-            if not hits:
-                return []
-            rows = self._conn.execute(
-                "SELECT c.id, c.chunk_id, c.doc_id, c.ordinal, c.text, d.metadata FROM chunks c "
-                f"JOIN documents d USING (doc_id) WHERE c.id IN ({','.join('?' * len(hits))})",
-                [i for i, _ in hits],
-            ).fetchall()
+            if mode == "dense":
+                return self._chunks(self._vectors.search(query, top_k))
+            depth = max(top_k, FUSION_DEPTH) if mode == "hybrid" else top_k
+            assert text is not None
+            lexical = [
+                i
+                for i, _ in self._lexical.search(
+                    text, depth, self.generation, self._num_stored_vectors()
+                )
+            ]
+            if mode == "hybrid":
+                dense = [i for i, _ in self._vectors.search(query, depth)]
+                lexical = reciprocal_rank_fusion([dense, lexical])
+            ranked = lexical[:top_k]
+            return self._chunks(list(zip(ranked, self._cosines(query, ranked), strict=True)))
+
+    def _chunks(self, hits: list[tuple[int, float]]) -> list[ScoredChunk]:
+        """The chunks of (row id, score) hits, in the hits' order."""
+        if not hits:
+            return []
+        rows = self._conn.execute(
+            "SELECT c.id, c.chunk_id, c.doc_id, c.ordinal, c.text, d.metadata FROM chunks c "
+            f"JOIN documents d USING (doc_id) WHERE c.id IN ({','.join('?' * len(hits))})",
+            [i for i, _ in hits],
+        ).fetchall()
         by_id = {r[0]: r for r in rows}
         return [
             ScoredChunk(Chunk(r[1], r[2], r[3], r[4]), score, json.loads(r[5]))
             for i, score in hits
             if (r := by_id.get(i)) is not None
         ]
+
+    def _cosines(self, query: np.ndarray, ids: list[int]) -> list[float]:
+        """The query's similarity to the stored embeddings of chunk rows ``ids``."""
+        if not ids:
+            return []
+        rows = self._conn.execute(
+            f"SELECT id, embedding FROM chunks WHERE id IN ({','.join('?' * len(ids))})", ids
+        ).fetchall()
+        vectors = {r[0]: np.frombuffer(r[1], dtype=np.float32) for r in rows}
+        return [float(vectors[i] @ query) if i in vectors else 0.0 for i in ids]
 
     # ----------------------------------------------------------------- writes
     def write(
@@ -386,6 +439,11 @@ class VectorIndex:
             ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
             yield ids, vectors.reshape(len(rows), self.dimension)
+
+    def _stored_texts(self) -> Iterator[tuple[np.ndarray, list[str]]]:
+        cursor = self._conn.execute("SELECT id, text FROM chunks ORDER BY id")
+        while rows := cursor.fetchmany(20_000):
+            yield np.fromiter((r[0] for r in rows), np.int64, len(rows)), [r[1] for r in rows]
 
     def _write_manifest(self) -> None:
         """A readable copy of the metadata; derived, so failing to write it is only logged."""

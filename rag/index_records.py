@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from rag.documents import Chunk
+
+RetrievalMode = Literal["dense", "bm25", "hybrid"]
+"""How an index ranks chunks: by embedding, by BM25 over the words, or both fused."""
+RETRIEVAL_MODES: tuple[RetrievalMode, ...] = ("dense", "bm25", "hybrid")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +43,7 @@ class IndexInfo:
 
 @dataclass(frozen=True, slots=True)
 class ScoredChunk:
-    """A search hit: the chunk and its cosine similarity to the query."""
+    """A search hit: the chunk and its cosine similarity to the query (whatever ranked it)."""
 
     chunk: Chunk
     score: float

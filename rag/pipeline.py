@@ -207,10 +207,11 @@ class Pipeline:
         s, opts = self.settings, ask.options
         top_k = s.top_k if opts.top_k is None else opts.top_k
         min_score = s.min_score if opts.min_score is None else opts.min_score
-        logs.note(index=ask.index, top_k=top_k, min_score=min_score)
+        mode = opts.retrieval or s.retrieval
+        logs.note(index=ask.index, top_k=top_k, min_score=min_score, retrieval=mode)
         since = time.perf_counter()
         retrieval = await asyncio.to_thread(
-            self.retriever.run, ask.question, ask.index, top_k, min_score
+            self.retriever.run, ask.question, ask.index, top_k, min_score, mode
         )
         ask.lap("retrieve_s", since)
         reviewed = await asyncio.to_thread(

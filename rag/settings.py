@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from rag.index_records import RetrievalMode
 from rag.prompt import SYSTEM_PROMPT, PassageOrder
 
 if TYPE_CHECKING:
@@ -143,6 +144,12 @@ class Settings(BaseSettings):
     # Answering
     top_k: int = Field(4, ge=1, le=50, description="passages retrieved per question")
     min_score: float = Field(0.25, ge=-1.0, le=1.0, description="cosine similarity a passage needs")
+    retrieval: RetrievalMode = Field(
+        "dense",
+        description="how passages are ranked: dense (embedding similarity), bm25 (the words, "
+        "bm25s) or hybrid (both, fused by reciprocal rank); min_score is cosine similarity in "
+        "each",
+    )
     passage_order: PassageOrder = Field(
         "reuse",
         description="order of the passages in the prompt: reuse (a recent prompt's order for "

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from guards.policy import Action
+from rag.index_records import RetrievalMode
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,6 +17,8 @@ class AskOptions:
     index: str | None = None
     top_k: int | None = None
     min_score: float | None = None
+    retrieval: RetrievalMode | None = None
+    """dense, bm25 or hybrid (reciprocal rank fusion of both)."""
     max_tokens: int | None = None
     temperature: float | None = None
     seed: int | None = None

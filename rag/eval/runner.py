@@ -172,7 +172,8 @@ class Runner:
 
     def _retrieve(self, question: str, top_k: int) -> list[Passage]:
         name = self.index_name or self.pipeline.settings.index_name
-        return self.pipeline.retriever.run(question, name, top_k, min_score=-1.0).ranked
+        mode = self.pipeline.settings.retrieval
+        return self.pipeline.retriever.run(question, name, top_k, -1.0, mode).ranked
 
     def _generate(self, item: EvalItem) -> dict[str, Any]:
         checker = self.pipeline.checker

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from rag.collection import INDEX_NAME_PATTERN, IngestReport, check_index_name
-from rag.index_records import DocumentInfo, IndexInfo
+from rag.index_records import DocumentInfo, IndexInfo, RetrievalMode
 from rag.settings import MAX_QUESTION_CHARS
 from rag.types import AskOptions, Result
 
@@ -49,6 +49,11 @@ class AskRequest(StrictRequest):
     min_score: float | None = Field(
         None, ge=-1.0, le=1.0, description="relevance threshold (cosine)"
     )
+    retrieval: RetrievalMode | None = Field(
+        None,
+        description="dense, bm25 or hybrid (both fused by reciprocal rank); default: the "
+        "server's RAGGUARD_RETRIEVAL",
+    )
     max_tokens: int | None = Field(None, ge=1, le=4096, description="answer length limit")
     temperature: float | None = Field(None, ge=0.0, le=2.0, description="0 = greedy")
     seed: int | None = Field(
@@ -77,6 +82,7 @@ class AskRequest(StrictRequest):
             index=self.index,
             top_k=self.top_k,
             min_score=self.min_score,
+            retrieval=self.retrieval,
             max_tokens=self.max_tokens,
             temperature=self.temperature,
             seed=self.seed,

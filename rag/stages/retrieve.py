@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rag.collection import CollectionRegistry
-from rag.retriever import VectorRetriever
+from rag.index_records import RetrievalMode
+from rag.retriever import CollectionRetriever
 from rag.reviews import index_version
 from rag.types import Passage
 
@@ -39,13 +40,20 @@ class Retrieval:
 
 
 class RetrieveStage:
-    """Dense retrieval over the collections of one index folder."""
+    """Retrieval (dense, BM25 or hybrid) over the collections of one index folder."""
 
     def __init__(self, collections: CollectionRegistry):
         self.collections = collections
 
-    def run(self, question: str, index: str, top_k: int, min_score: float) -> Retrieval:
+    def run(
+        self,
+        question: str,
+        index: str,
+        top_k: int,
+        min_score: float,
+        mode: RetrievalMode = "dense",
+    ) -> Retrieval:
         """Search ``index``; an unknown index raises ``IndexNotFoundError``."""
         collection = self.collections.get(index)
-        ranked = VectorRetriever(collection).retrieve(question, top_k)
+        ranked = CollectionRetriever(collection, mode).retrieve(question, top_k)
         return Retrieval(index, index_version(collection), ranked, min_score)

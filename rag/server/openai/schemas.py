@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rag.index_records import RetrievalMode
 from rag.server.schemas import CitationOut, GuardVerdictOut, IndexName, PassageOut
 
 GROUNDED_MODEL = "ragguard"
@@ -102,6 +103,9 @@ class GenerationRequest(OpenAIRequest):
     top_k: int | None = Field(None, ge=1, le=50, description="grounded: passages to retrieve")
     min_score: float | None = Field(
         None, ge=-1.0, le=1.0, description="grounded: relevance threshold (cosine)"
+    )
+    retrieval: RetrievalMode | None = Field(
+        None, description="grounded: dense, bm25 or hybrid retrieval"
     )
     abstain_below: float | None = Field(
         None, ge=0.0, le=1.0, description="grounded: withhold the answer under this confidence"

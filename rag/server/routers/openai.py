@@ -265,6 +265,7 @@ def _grounded_options(
         index=body.index,
         top_k=body.top_k,
         min_score=body.min_score,
+        retrieval=body.retrieval,
         max_tokens=max_tokens,
         temperature=body.temperature,
         seed=body.seed,
