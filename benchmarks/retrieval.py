@@ -4,8 +4,11 @@ Latency: a ``VectorIndex`` (flat, then HNSW) holding N random unit vectors, writ
 of 10,000 rows like ingestion does; single-query ``search(vec, 10)`` timings, p50 and p99. Random
 vectors are the worst case for HNSW, so its agreement with exact search is shown but is not a
 recall figure. Recall: the MuSiQue and HotpotQA subsets, one document per passage, ingested with
-``Collection.ingest``; for every question the top 10 chunks of ``Collection.search``, scored by
-the gold passage titles they cover.
+``Collection.ingest``; for every question the top 10 chunks of ``Collection.search`` in each
+retrieval mode (dense, BM25, hybrid: both fused by reciprocal rank), scored by the gold passage
+titles they cover. On the flat synthetic indexes the latency part also times the first BM25
+search after the writes (building the BM25 index from the stored texts and saving it) and the
+BM25 and hybrid queries after it.
 
     python benchmarks/retrieval.py --sizes 10000,100000 --num-queries 200
 
@@ -37,6 +40,7 @@ from rag.embed import Embedder
 from rag.eval import datasets as eval_datasets
 from rag.eval.datasets import QADataset
 from rag.index import VectorIndex
+from rag.index_records import RETRIEVAL_MODES, RetrievalMode
 
 SEED = 0
 DIMENSION = 384
@@ -70,6 +74,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sizes", default="10000,100000", help="index sizes, comma-separated")
     parser.add_argument("--num-queries", type=int, default=200, help="latency queries per index")
     parser.add_argument("--index-types", default="flat,hnsw", help="comma-separated")
+    parser.add_argument(
+        "--modes", default=",".join(RETRIEVAL_MODES), help="retrieval modes for the recall table"
+    )
     parser.add_argument("--limit-questions", type=int, default=None, help="per dataset")
     parser.add_argument(
         "--max-passages",
@@ -96,6 +103,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.index_types = [t.strip() for t in args.index_types.split(",") if t.strip()]
     if not set(args.index_types) <= set(INDEX_TYPES) or not args.index_types:
         parser.error(f"--index-types must be a subset of {','.join(INDEX_TYPES)}")
+    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not set(args.modes) <= set(RETRIEVAL_MODES) or not args.modes:
+        parser.error(f"--modes must be a subset of {','.join(RETRIEVAL_MODES)}")
     if min(args.sizes, default=0) < TOP_K or args.num_queries < 1:
         parser.error(f"--sizes must each be at least {TOP_K}; --num-queries at least 1")
     return args
@@ -158,6 +168,25 @@ def time_searches(index: VectorIndex, queries: np.ndarray) -> tuple[list[float],
     return latencies_ms, hit_ids
 
 
+def time_lexical(index: VectorIndex, queries: np.ndarray) -> dict[str, float]:
+    """Seconds of the first BM25 search (it builds and saves the BM25 index), then the p50 of
+    BM25 and of hybrid single queries (three words of the texts' vocabulary each)."""
+    texts = random_texts(np.random.default_rng(SEED + 2), len(queries))
+    texts = [" ".join(t.split()[:3]) for t in texts]
+    started = time.perf_counter()
+    index.search(queries[0], TOP_K, text=texts[0], mode="bm25")
+    record = {"bm25_build_s": time.perf_counter() - started}
+    modes: tuple[RetrievalMode, ...] = ("bm25", "hybrid")
+    for mode in modes:
+        latencies_ms = []
+        for query, text in zip(queries, texts, strict=True):
+            started = time.perf_counter()
+            index.search(query, TOP_K, text=text, mode=mode)
+            latencies_ms.append((time.perf_counter() - started) * 1000)
+        record[f"{mode}_p50_ms"] = float(np.percentile(latencies_ms, 50))
+    return record
+
+
 def overlap(found: list[list[str]], exact: list[list[str]]) -> float:
     """Mean share of the exact top-k that ``found`` also returned."""
     shares = [len(set(f) & set(e)) / len(e) for f, e in zip(found, exact, strict=True)]
@@ -174,6 +203,7 @@ def run_latency(sizes: list[int], index_types: list[str], num_queries: int) -> l
             with tempfile.TemporaryDirectory(prefix="ragguard-bench-") as tmp:
                 index, build_s = build_random_index(Path(tmp) / "bench", index_type, size)
                 latencies_ms, hit_ids = time_searches(index, queries)
+                lexical = time_lexical(index, queries) if index_type == "flat" else {}
                 index.close()
             record = {
                 "size": size,
@@ -183,6 +213,7 @@ def run_latency(sizes: list[int], index_types: list[str], num_queries: int) -> l
                 "p99_ms": float(np.percentile(latencies_ms, 99)),
                 "mean_ms": float(np.mean(latencies_ms)),
                 "agreement_with_flat": None,
+                **lexical,
             }
             if index_type == "flat":
                 exact = hit_ids
@@ -224,14 +255,16 @@ def shrink(
     return kept + others[: max(0, max_passages - len(kept))], questions
 
 
-def evaluate(collection: Collection, questions: list[Question]) -> dict[str, Any]:
+def evaluate(
+    collection: Collection, questions: list[Question], mode: RetrievalMode = "dense"
+) -> dict[str, Any]:
     """Recall@k (share of gold titles in the top k), all-gold@k and query latency."""
     found: dict[int, list[float]] = {k: [] for k in RECALL_KS}
     complete: dict[int, list[bool]] = {k: [] for k in RECALL_KS}
     latencies_ms = []
     for question in questions:
         started = time.perf_counter()
-        hits = collection.search(question.text, max(RECALL_KS))
+        hits = collection.search(question.text, max(RECALL_KS), mode=mode)
         latencies_ms.append((time.perf_counter() - started) * 1000)
         titles = [hit.metadata["title"] for hit in hits]
         for k in RECALL_KS:
@@ -262,8 +295,9 @@ def run_recall(
     datasets: dict[str, tuple[list[Document], list[Question]]],
     index_types: list[str],
     embedder: Embedder,
+    modes: list[RetrievalMode],
 ) -> list[dict[str, Any]]:
-    """One record per (dataset, index type)."""
+    """One record per (dataset, index type, retrieval mode)."""
     records = []
     for dataset, (docs, questions) in datasets.items():
         for index_type in index_types:
@@ -271,16 +305,20 @@ def run_recall(
                 registry = CollectionRegistry(Path(tmp), embedder, index_type=index_type)
                 collection = registry.get(dataset, create=True)
                 report = collection.ingest(docs)
-                record = {
-                    "dataset": dataset,
-                    "index_type": index_type,
-                    "num_passages": len(docs),
-                    "num_chunks": report.num_chunks,
-                    "ingest_s": report.elapsed_s,
-                    **evaluate(collection, questions),
-                }
+                for mode in modes:
+                    collection.search(questions[0].text, 1, mode=mode)  # builds BM25 once
+                    records.append(
+                        {
+                            "dataset": dataset,
+                            "index_type": index_type,
+                            "mode": mode,
+                            "num_passages": len(docs),
+                            "num_chunks": report.num_chunks,
+                            "ingest_s": report.elapsed_s,
+                            **evaluate(collection, questions, mode),
+                        }
+                    )
                 registry.close()
-            records.append(record)
             print(f"  recall: {dataset}, {index_type}: done", file=sys.stderr)
     return records
 
@@ -306,10 +344,24 @@ def print_latency(records: list[dict[str, Any]], num_queries: int) -> None:
             f"{r['p50_ms']:.2f}",
             f"{r['p99_ms']:.2f}",
             "-" if r["agreement_with_flat"] is None else f"{r['agreement_with_flat']:.3f}",
+            *(
+                f"{r[key]:.2f}" if key in r else "-"
+                for key in ("bm25_build_s", "bm25_p50_ms", "hybrid_p50_ms")
+            ),
         ]
         for r in records
     ]
-    headers = ["rows", "index", "build s", "p50 ms", "p99 ms", "top-10 agreement w/ flat"]
+    headers = [
+        "rows",
+        "index",
+        "build s",
+        "p50 ms",
+        "p99 ms",
+        "top-10 agreement w/ flat",
+        "BM25 build s",
+        "BM25 p50 ms",
+        "hybrid p50 ms",
+    ]
     print(format_table(headers, rows))
 
 
@@ -320,6 +372,7 @@ def print_recall(records: list[dict[str, Any]]) -> None:
         [
             r["dataset"],
             r["index_type"],
+            r["mode"],
             str(r["num_passages"]),
             str(r["num_questions"]),
             *(f"{r[f'{m}@{k}']:.3f}" for m in ("recall", "all_gold") for k in RECALL_KS),
@@ -329,7 +382,16 @@ def print_recall(records: list[dict[str, Any]]) -> None:
         for r in records
     ]
     metrics = [f"{m}@{k}" for m in ("recall", "all_gold") for k in RECALL_KS]
-    headers = ["dataset", "index", "passages", "questions", *metrics, "ingest s", "query p50 ms"]
+    headers = [
+        "dataset",
+        "index",
+        "mode",
+        "passages",
+        "questions",
+        *metrics,
+        "ingest s",
+        "query p50 ms",
+    ]
     print(format_table(headers, rows))
 
 
@@ -352,7 +414,9 @@ def main(argv: list[str] | None = None) -> None:
     latency = (
         [] if args.skip_latency else run_latency(args.sizes, args.index_types, args.num_queries)
     )
-    recall = [] if args.skip_recall else run_recall(datasets, args.index_types, Embedder())
+    recall = (
+        [] if args.skip_recall else run_recall(datasets, args.index_types, Embedder(), args.modes)
+    )
     if latency:
         print_latency(latency, args.num_queries)
     if recall:

@@ -441,9 +441,15 @@ class VectorIndex:
             yield ids, vectors.reshape(len(rows), self.dimension)
 
     def _stored_texts(self) -> Iterator[tuple[np.ndarray, list[str]]]:
-        cursor = self._conn.execute("SELECT id, text FROM chunks ORDER BY id")
+        """What BM25 searches: each chunk's text after its document's title, when it has one
+        (a chunk in the middle of a document rarely repeats what the document is about)."""
+        cursor = self._conn.execute(
+            "SELECT c.id, c.text, json_extract(d.metadata, '$.title') FROM chunks c "
+            "JOIN documents d USING (doc_id) ORDER BY c.id"
+        )
         while rows := cursor.fetchmany(20_000):
-            yield np.fromiter((r[0] for r in rows), np.int64, len(rows)), [r[1] for r in rows]
+            ids = np.fromiter((r[0] for r in rows), np.int64, len(rows))
+            yield ids, [f"{r[2]}\n{r[1]}" if isinstance(r[2], str) else r[1] for r in rows]
 
     def _write_manifest(self) -> None:
         """A readable copy of the metadata; derived, so failing to write it is only logged."""

@@ -4,7 +4,8 @@ Like the FAISS file (``rag.faiss_store``) this is a cache of the SQLite database
 the stored texts whenever it is missing, unreadable or of an older generation. It is built on the
 first BM25 or hybrid search after a change rather than on every commit, so an index that is only
 searched densely never pays for it. bm25s indexes are static (no adds or deletes), so a change
-means a rebuild: about a second per 10,000 chunks here (``benchmarks/retrieval.py``).
+means a rebuild: 0.5 s per 10,000 chunks and 4.7 s per 100,000 here
+(``benchmarks/retrieval.py``).
 
 Layout: ``bm25-<gen>/`` holds bm25s's files plus ``ids.npy``, the chunk row id of each of its
 documents. A folder is written under a temporary name and renamed into place, so a crash leaves
