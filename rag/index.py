@@ -4,6 +4,8 @@ Layout of ``indexes/<name>/``::
 
     chunks.sqlite           documents, chunks (text + embedding) and metadata: the source of truth
     vectors-<gen>.faiss     FAISS index for generation <gen> of the database (a rebuildable cache)
+    bm25-<gen>/             BM25 index (bm25s) of generation <gen>, once a BM25 or hybrid search
+                            has run (a rebuildable cache too: ``rag.lexical``)
     manifest.json           a readable summary of the metadata, rewritten after every commit
 
 Every write is one SQLite transaction that also bumps the generation; the FAISS file of the new
