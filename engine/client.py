@@ -1,10 +1,11 @@
 """The engine-client seam: what the pipeline and the server need from a generator, asynchronously.
 
-``EngineClient`` streams one request's outputs, aborts it, reports stats and health. Three
+``EngineClient`` streams one request's outputs, aborts it, reports stats and health. Four
 implementations ship: ``AsyncEngine`` (our engine, stepped by a background thread; concurrent
-requests share its batches), ``ProcessEngine`` (our engine in a child process) and
+requests share its batches), ``ProcessEngine`` (our engine in a child process),
 ``ThreadedClient`` (any synchronous ``Generator``, such as the transformers baseline, one
-request at a time in a worker thread). Backends are chosen by name
+request at a time in a worker thread) and ``RemoteClient`` (a remote OpenAI-compatible server:
+``engine.remote``). Backends are chosen by name
 through a registry (``register_backend`` adds one), not by an if/else in the callers.
 """
 
@@ -224,6 +225,16 @@ def _engine_process_backend(config: EngineConfig) -> EngineClient:
     return ProcessEngine(config)
 
 
+def _openai_backend(config: EngineConfig) -> EngineClient:
+    from engine.remote import RemoteClient
+
+    if config.remote is None:
+        raise ValueError("the openai backend needs a remote server (EngineConfig.remote)")
+    return RemoteClient(
+        config.remote, cache_dir=config.cache_dir, max_model_len=config.max_model_len
+    )
+
+
 def _hf_backend(config: EngineConfig) -> EngineClient:
     from engine.hf_generator import HFGenerator
 
@@ -234,6 +245,7 @@ _BACKENDS: dict[str, Callable[[EngineConfig], EngineClient]] = {
     "engine": _engine_backend,
     "engine-process": _engine_process_backend,
     "hf": _hf_backend,
+    "openai": _openai_backend,
 }
 
 
@@ -250,8 +262,9 @@ def build_engine_client(config: EngineConfig, backend: str = "engine") -> Engine
     """Load the model named by ``config`` behind the backend registered as ``backend``:
     ``engine`` (ours: paged KV, continuous batching, stepped by a thread of this process),
     ``engine-process`` (the same engine in a child process, so that its steps never hold this
-    process's interpreter lock) or ``hf`` (``transformers.generate``, the baseline and the
-    fallback for architectures the engine does not implement)."""
+    process's interpreter lock), ``hf`` (``transformers.generate``, the baseline and the
+    fallback for architectures the engine does not implement) or ``openai`` (a remote
+    OpenAI-compatible server, ``config.remote``: ``engine.remote``)."""
     try:
         factory = _BACKENDS[backend]
     except KeyError:

@@ -15,3 +15,19 @@ class ModelLoadError(EngineError):
 
 class PromptTooLongError(EngineError, ValueError):
     """A prompt does not fit the model's context window."""
+
+
+class RemoteRequestError(EngineError, ValueError):
+    """The remote server refused the request as invalid (a 4xx other than 429)."""
+
+    def __init__(self, message: str, status_code: int):
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class RemoteBusyError(EngineError):
+    """The remote server kept answering 429 (too many requests)."""
+
+    def __init__(self, message: str, retry_after_s: float):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

@@ -104,9 +104,13 @@ class RequestOutput:
     timing: RequestTiming
     num_cached_tokens: int = 0
     """Prompt tokens whose KV came from the prefix cache instead of being computed."""
+    num_reported_prompt_tokens: int | None = None
+    """The prompt's length as a remote generator reported it (its ids may be unknown here)."""
 
     @property
     def num_prompt_tokens(self) -> int:
+        if self.num_reported_prompt_tokens is not None:
+            return self.num_reported_prompt_tokens
         return len(self.prompt_token_ids)
 
     @property

@@ -9,6 +9,7 @@ private event loop. The server awaits the same coroutines on its own loop.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import time
 import uuid
@@ -18,13 +19,19 @@ from dataclasses import dataclass, field, replace
 from engine import Generator, ModelLoadError, ModelNotFoundError
 from engine.client import EngineClient, as_engine_client, build_engine_client
 from engine.client import EngineUnavailableError as EngineDown
+from engine.errors import RemoteBusyError
 from guards import Action, Policy
 from guards.review import CachedAnswer
 from rag import citations, demo, logs
 from rag.background import BackgroundLoop
 from rag.collection import CollectionRegistry
 from rag.embed import Embedder
-from rag.errors import DeadlineExceededError, EngineUnavailableError, InvalidInputError
+from rag.errors import (
+    DeadlineExceededError,
+    EngineUnavailableError,
+    InvalidInputError,
+    OverloadedError,
+)
 from rag.guarding import AnswerChecker, Checked, candidate, finish_reason
 from rag.prompt import NO_ANSWER
 from rag.reviews import ReviewDesk, open_review_store
@@ -177,6 +184,10 @@ class Pipeline:
             ) from exc
         except EngineDown as exc:
             raise EngineUnavailableError(str(exc)) from exc
+        except RemoteBusyError as exc:
+            raise OverloadedError(
+                f"{exc}; retry later", retry_after_s=max(1, math.ceil(exc.retry_after_s))
+            ) from exc
         finally:
             await stages.aclose()
 

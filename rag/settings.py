@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rag.index_records import RetrievalMode
@@ -13,6 +13,7 @@ from rag.prompt import SYSTEM_PROMPT, PassageOrder
 
 if TYPE_CHECKING:
     from engine import EngineConfig
+    from engine.remote import RemoteConfig
 
 MAX_QUESTION_CHARS = 2000
 """The longest question the HTTP API accepts, as its schema states; ``max_question_chars``
@@ -31,11 +32,36 @@ class Settings(BaseSettings):
     embedding_model: str | None = Field(
         None, description="sentence-transformers dir; empty = all-MiniLM-L6-v2"
     )
-    generator: Literal["engine", "engine-process", "hf"] = Field(
+    generator: Literal["engine", "engine-process", "hf", "openai"] = Field(
         "engine",
         description="engine (paged KV, continuous batching), engine-process (the same engine in "
-        "a process of its own: its steps never stall the server's other work) or hf "
-        "(transformers)",
+        "a process of its own: its steps never stall the server's other work), hf "
+        "(transformers) or openai (a remote OpenAI-compatible server: generator_url)",
+    )
+    generator_url: str | None = Field(
+        None,
+        description="generator=openai: the server's OpenAI base URL, e.g. http://host:8000/v1",
+    )
+    generator_model: str | None = Field(
+        None, description="generator=openai: the model to ask for; empty = the server's first"
+    )
+    generator_api_key: SecretStr | None = Field(
+        None, description="generator=openai: sent as a bearer token"
+    )
+    generator_tokenizer: str | None = Field(
+        None,
+        description="generator=openai: a local copy of the model's tokenizer (GGUF file, HF "
+        "model dir, or 'default' for the embedded SmolLM2); empty = ChatML prompts and "
+        "estimated token counts",
+    )
+    generator_max_model_len: int | None = Field(
+        None, ge=16, description="generator=openai: context window; empty = the server's"
+    )
+    generator_timeout_s: float = Field(
+        300.0, gt=0, description="generator=openai: longest wait for the next byte"
+    )
+    generator_max_retries: int = Field(
+        3, ge=0, le=10, description="generator=openai: retries before the first byte (backoff)"
     )
     device: str = Field("auto", description="auto, cpu, cuda, cuda:N")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
@@ -298,7 +324,34 @@ class Settings(BaseSettings):
             speculative_max_seqs=self.speculative_max_seqs,
             cache_dir=self.model_cache_dir,
             allow_hub=self.allow_hub,
+            max_model_len=self.generator_max_model_len if self.generator == "openai" else None,
+            remote=self._remote_config(),
         )
+
+    def _remote_config(self) -> RemoteConfig | None:
+        if self.generator != "openai":
+            return None
+        from engine.remote import RemoteConfig
+
+        assert self.generator_url is not None  # checked by _remote_needs_a_url
+        return RemoteConfig(
+            base_url=self.generator_url,
+            model=self.generator_model,
+            api_key=None
+            if self.generator_api_key is None
+            else self.generator_api_key.get_secret_value(),
+            tokenizer=self.generator_tokenizer,
+            timeout_s=self.generator_timeout_s,
+            max_retries=self.generator_max_retries,
+        )
+
+    @model_validator(mode="after")
+    def _remote_needs_a_url(self) -> Settings:
+        if self.generator == "openai" and not self.generator_url:
+            raise ValueError("generator=openai needs generator_url (RAGGUARD_GENERATOR_URL)")
+        if self.generator_url and not self.generator_url.startswith(("http://", "https://")):
+            raise ValueError(f"generator_url must be http(s)://..., got {self.generator_url!r}")
+        return self
 
     @model_validator(mode="after")
     def _lookup_range(self) -> Settings:

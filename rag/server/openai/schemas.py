@@ -41,6 +41,9 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "ragguard"
+    max_model_len: int | None = Field(
+        None, description="context window in tokens (as vLLM reports it)"
+    )
 
 
 class ModelList(BaseModel):

@@ -65,8 +65,9 @@ def _model_ids(pipeline: Pipeline) -> list[str]:
     return [pipeline.engine.model_name, GROUNDED_MODEL]
 
 
-def _card(model_id: str) -> ModelCard:
-    return ModelCard(id=model_id, created=_STARTED, owned_by="ragguard")
+def _card(model_id: str, pipeline: Pipeline) -> ModelCard:
+    context = pipeline.engine.max_model_len if model_id == pipeline.engine.model_name else None
+    return ModelCard(id=model_id, created=_STARTED, owned_by="ragguard", max_model_len=context)
 
 
 def _check_model(pipeline: Pipeline, model: str) -> bool:
@@ -86,14 +87,14 @@ def _check_model(pipeline: Pipeline, model: str) -> bool:
 @router.get("/models", response_model=ModelList, responses=_ERRORS)
 async def list_models(pipeline: PipelineDep) -> ModelList:
     """The loaded model (raw generation) and ``ragguard`` (grounded answers)."""
-    return ModelList(data=[_card(m) for m in _model_ids(pipeline)])
+    return ModelList(data=[_card(m, pipeline) for m in _model_ids(pipeline)])
 
 
 @router.get("/models/{model_id:path}", response_model=ModelCard, responses=_ERRORS)
 async def retrieve_model(model_id: str, pipeline: PipelineDep) -> ModelCard:
     """One model by id; 404 for an id this server does not serve."""
     _check_model(pipeline, model_id)
-    return _card(model_id)
+    return _card(model_id, pipeline)
 
 
 # ============================================================ completions

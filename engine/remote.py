@@ -1,0 +1,438 @@
+"""A remote generator: any server with OpenAI's ``/v1/completions`` (vLLM, TGI, llama.cpp's
+server, another ragguard) behind the engine-client seam.
+
+The pipeline and the guards run unchanged over it: each request is one streamed completion
+(``n`` samples, log-probabilities of the chosen and the top tokens, stop strings, seed,
+penalties), turned back into ``RequestOutput``s as the chunks arrive. Only the OpenAI API is
+used: nothing vLLM-specific, except vLLM's sampling extensions (``top_k``, ``min_p``,
+``repetition_penalty``, ``stop_token_ids``, ``ignore_eos``), sent only when a request sets them.
+
+The prompt is formatted and budgeted with the model's tokenizer when a local copy is configured
+(``RemoteConfig.tokenizer``). Without one, chat prompts use the ChatML template and token counts
+are an estimate (one token per three characters, erring long); this is logged once.
+
+Token ids: the API returns tokens as text. With a local tokenizer a token that encodes to one id
+gets that id; any other gets a stable negative id derived from its text, so stop checks (which
+look for repeated ids) and counts still work.
+
+Errors: the connection failing, a timeout, 5xx or 429 before the first chunk are retried with
+exponential backoff (a 429's ``Retry-After`` is honoured up to 30 s); then a 429 raises
+``RemoteBusyError``, the rest ``EngineUnavailableError``. A 4xx is the request's fault:
+``RemoteRequestError``. Nothing is retried once a completion has started to stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+import zlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from engine.client import EngineUnavailableError
+from engine.errors import RemoteBusyError, RemoteRequestError
+from engine.outputs import CompletionOutput, FinishReason, RequestOutput, RequestTiming
+from engine.prompts import Prompt
+from engine.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
+
+CHARS_PER_TOKEN_ESTIMATE = 3
+"""Without a tokenizer, a prompt of c characters counts as ceil(c / 3) tokens (English text is
+about four characters a token: the estimate errs towards prompts that fit)."""
+DEFAULT_MAX_MODEL_LEN = 2048
+_MAX_RETRY_AFTER_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteConfig:
+    """Where the remote generator is and how to reach it."""
+
+    base_url: str
+    """The server's OpenAI base URL, e.g. ``http://host:8000/v1``."""
+    model: str | None = None
+    """The model to ask for; None: the first of the server's ``/v1/models``."""
+    api_key: str | None = None
+    """Sent as ``Authorization: Bearer``."""
+    tokenizer: str | None = None
+    """A local copy of the model's tokenizer: a GGUF file, a Hugging Face model directory, or
+    ``default`` (the embedded SmolLM2); None: templates and counts are estimated."""
+    max_model_len: int | None = None
+    """Context window; None: the server's model card (``max_model_len``), else 2048."""
+    timeout_s: float = 300.0
+    """Longest wait for the next byte of a response."""
+    max_retries: int = 3
+    backoff_s: float = 0.5
+    """First retry delay; doubled for each further one."""
+    extra_headers: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"the remote base URL must be http(s)://..., got {self.base_url!r}")
+        if self.max_retries < 0 or self.timeout_s <= 0 or self.backoff_s < 0:
+            raise ValueError("max_retries >= 0, timeout_s > 0 and backoff_s >= 0 are needed")
+
+    @property
+    def headers(self) -> dict[str, str]:
+        auth = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return {**self.extra_headers, **auth}
+
+
+def _load_tokenizer(source: str, cache_dir: Any) -> Any:
+    from engine.model_loader import load_config_and_tokenizer, resolve_model
+
+    _, _, tokenizer, _ = load_config_and_tokenizer(resolve_model(source), cache_dir)
+    return tokenizer
+
+
+def chatml(messages: list[dict[str, str]]) -> str:
+    """The ChatML rendering of ``messages``, ready for the assistant's turn."""
+    turns = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    return turns + "<|im_start|>assistant\n"
+
+
+class RemoteClient:
+    """``EngineClient`` over a remote OpenAI-compatible ``/v1/completions``."""
+
+    def __init__(self, config: RemoteConfig, *, cache_dir: Any = None, max_model_len: int | None):
+        self.config = config
+        self._tokenizer = (
+            _load_tokenizer(config.tokenizer, cache_dir) if config.tokenizer is not None else None
+        )
+        if self._tokenizer is None:
+            logger.warning(
+                "remote generator without a local tokenizer: prompts use the ChatML template "
+                "and their token counts are estimated (1 token per %d characters)",
+                CHARS_PER_TOKEN_ESTIMATE,
+            )
+        self._model: str | None = config.model
+        self._max_model_len = config.max_model_len or max_model_len
+        self._card: dict[str, Any] | None = None
+        if self._model is None or self._max_model_len is None:
+            self._card = self._model_card()
+            self._model = self._model or str(self._card["id"])
+            reported = self._card.get("max_model_len")
+            if self._max_model_len is None and isinstance(reported, int) and reported > 0:
+                self._max_model_len = reported
+        if self._max_model_len is None:
+            logger.warning(
+                "the remote server does not report its context length: assuming %d tokens",
+                DEFAULT_MAX_MODEL_LEN,
+            )
+            self._max_model_len = DEFAULT_MAX_MODEL_LEN
+        self._token_ids: dict[str, int] = {}
+        self._running: dict[str, asyncio.Event] = {}
+        self._stopped = False
+
+    # ------------------------------------------------------------ the model
+    def _model_card(self) -> dict[str, Any]:
+        """The configured model's card from ``GET /models`` (the first, when none is set)."""
+        url = f"{self.config.base_url.rstrip('/')}/models"
+        for attempt in range(self.config.max_retries + 1):
+            try:
+                response = httpx.get(url, headers=self.config.headers, timeout=30.0)
+            except httpx.HTTPError as exc:
+                if attempt == self.config.max_retries:
+                    raise EngineUnavailableError(
+                        f"the remote generator at {self.config.base_url} is unreachable: {exc}"
+                    ) from exc
+                time.sleep(self.config.backoff_s * 2**attempt)
+                continue
+            if response.status_code >= 400:
+                raise EngineUnavailableError(
+                    f"the remote generator's model list answered {response.status_code}: "
+                    f"{response.text[:200]}"
+                )
+            cards = [c for c in response.json().get("data", []) if isinstance(c, dict)]
+            for card in cards:
+                if self.config.model is None or card.get("id") == self.config.model:
+                    return card
+            raise EngineUnavailableError(
+                f"the remote generator does not serve {self.config.model!r} "
+                f"(it serves {[c.get('id') for c in cards]})"
+            )
+        raise AssertionError("unreachable")
+
+    @property
+    def model_name(self) -> str:
+        assert self._model is not None
+        return self._model
+
+    @property
+    def max_model_len(self) -> int:
+        assert self._max_model_len is not None
+        return self._max_model_len
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    def count_tokens(self, prompt: str) -> int:
+        if self._tokenizer is None:
+            return -(-len(prompt) // CHARS_PER_TOKEN_ESTIMATE)
+        bos = self._tokenizer.bos_token
+        ids = self._tokenizer(prompt, add_special_tokens=not (bos and prompt.startswith(bos)))
+        return len(ids["input_ids"])
+
+    def apply_chat_template(self, messages: list[dict[str, str]]) -> str:
+        if self._tokenizer is None or not getattr(self._tokenizer, "chat_template", None):
+            return chatml(messages)
+        text = self._tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+        return str(text)
+
+    def token_id(self, token: str) -> int:
+        """The id of a token given as text (negative when the local tokenizer cannot tell)."""
+        known = self._token_ids.get(token)
+        if known is None:
+            ids = (
+                self._tokenizer.encode(token, add_special_tokens=False)
+                if self._tokenizer is not None
+                else []
+            )
+            known = ids[0] if len(ids) == 1 else -1 - zlib.crc32(token.encode("utf-8"))
+            self._token_ids[token] = known
+        return known
+
+    # ------------------------------------------------------------ requests
+    def _body(self, prompt: str, params: SamplingParams) -> dict[str, Any]:
+        if params.use_beam_search:
+            raise RemoteRequestError("beam search is not available on a remote generator", 400)
+        body: dict[str, Any] = {
+            "model": self.model_name,
+            "prompt": prompt,
+            "n": params.n,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "logprobs": params.logprobs or 0,
+        }
+        optional = {
+            "seed": params.seed,
+            "stop": params.stop or None,
+            "presence_penalty": params.presence_penalty or None,
+            "frequency_penalty": params.frequency_penalty or None,
+            # vLLM's extensions, only when asked for (a strict server refuses unknown fields).
+            "top_k": params.top_k or None,
+            "min_p": params.min_p or None,
+            "repetition_penalty": params.repetition_penalty
+            if params.repetition_penalty != 1.0
+            else None,
+            "stop_token_ids": params.stop_token_ids or None,
+            "ignore_eos": params.ignore_eos or None,
+        }
+        body.update({k: v for k, v in optional.items() if v is not None})
+        return body
+
+    async def generate(
+        self, prompt: Prompt, params: SamplingParams, request_id: str | None = None
+    ) -> AsyncIterator[RequestOutput]:
+        self.check_health()
+        if not isinstance(prompt, str):
+            if self._tokenizer is None:
+                raise RemoteRequestError("token-id prompts need a local tokenizer", 400)
+            prompt = str(self._tokenizer.decode(prompt))
+        request_id = request_id or uuid.uuid4().hex
+        if request_id in self._running:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        aborted = self._running[request_id] = asyncio.Event()
+        body = self._body(prompt, params)
+        timing = RequestTiming(arrival_time=time.perf_counter())
+        outputs = [CompletionOutput(i, "", [], []) for i in range(params.n)]
+        result = RequestOutput(request_id, prompt, [], outputs, False, timing)
+        timeout = httpx.Timeout(self.config.timeout_s, connect=min(30.0, self.config.timeout_s))
+        http = httpx.AsyncClient(
+            base_url=self.config.base_url.rstrip("/") + "/",
+            headers=self.config.headers,
+            timeout=timeout,
+        )
+        try:
+            async with http, _RetryingStream(self.config, http, body) as response:
+                timing.first_scheduled_time = time.perf_counter()
+                async for output in self._read(response, result, params, aborted):
+                    yield output
+        finally:
+            self._running.pop(request_id, None)
+
+    async def _read(
+        self,
+        response: httpx.Response,
+        result: RequestOutput,
+        params: SamplingParams,
+        aborted: asyncio.Event,
+    ) -> AsyncIterator[RequestOutput]:
+        timing = result.timing
+        try:
+            async for data in _sse_data(response.aiter_lines()):
+                if aborted.is_set():
+                    break
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                if isinstance(chunk.get("error"), dict):  # an error mid-stream
+                    raise EngineUnavailableError(
+                        f"the remote generator failed: {chunk['error'].get('message')}"
+                    )
+                usage = chunk.get("usage")
+                if usage:
+                    result.num_reported_prompt_tokens = int(usage.get("prompt_tokens", 0))
+                    details = usage.get("prompt_tokens_details") or {}
+                    result.num_cached_tokens = int(details.get("cached_tokens") or 0)
+                changed = False
+                for choice in chunk.get("choices") or []:
+                    changed |= self._apply(result.outputs[int(choice["index"])], choice, params)
+                if changed:
+                    now = time.perf_counter()
+                    timing.first_token_time = timing.first_token_time or now
+                    timing.token_times.append(now)
+                    if all(o.finished for o in result.outputs):
+                        if not usage:  # the usage chunk comes after the last choice's end
+                            continue
+                        break
+                    yield result
+        except httpx.HTTPError as exc:
+            raise EngineUnavailableError(f"the remote generator's stream broke: {exc}") from exc
+        for output in result.outputs:
+            if output.finish_reason is None:
+                output.finish_reason = FinishReason.ABORT if aborted.is_set() else FinishReason.STOP
+        result.finished = True
+        timing.finished_time = time.perf_counter()
+        if self._tokenizer is not None and result.prompt is not None:
+            result.prompt_token_ids = self._tokenizer(result.prompt, add_special_tokens=False)[
+                "input_ids"
+            ]
+        yield result
+
+    def _apply(self, out: CompletionOutput, choice: dict[str, Any], params: SamplingParams) -> bool:
+        """Add one chunk's text and tokens to ``out``; whether anything new arrived."""
+        if out.finished:  # our stop check ended it; the server's rest is dropped
+            return False
+        text = choice.get("text") or ""
+        logprobs = choice.get("logprobs") or {}
+        tokens = logprobs.get("tokens") or []
+        out.text += text
+        for i, token in enumerate(tokens):
+            out.token_ids.append(self.token_id(token))
+            value = (logprobs.get("token_logprobs") or [])[i]
+            out.logprobs.append(float("nan") if value is None else float(value))
+            if params.logprobs:
+                tops = logprobs.get("top_logprobs") or []
+                top = tops[i] if i < len(tops) and tops[i] else {}
+                out.top_logprobs = out.top_logprobs or []
+                out.top_logprobs.append({self.token_id(t): float(v) for t, v in top.items()})
+        if not tokens and text:  # a server that sends no logprobs: one pseudo-token per chunk
+            out.token_ids.append(self.token_id(text))
+            out.logprobs.append(float("nan"))
+        reason = choice.get("finish_reason")
+        if reason is not None:
+            out.finish_reason = FinishReason.LENGTH if reason == "length" else FinishReason.STOP
+            out.stop_reason = choice.get("stop_reason")
+        elif params.stop_check is not None and (why := params.stop_check(out.token_ids)):
+            out.finish_reason, out.stop_reason = FinishReason.STOP, why
+        return bool(text or tokens or reason)
+
+    def abort(self, request_id: str) -> None:
+        event = self._running.get(request_id)
+        if event is not None:
+            event.set()
+
+    def stats(self) -> None:
+        return None
+
+    def check_health(self) -> None:
+        if self._stopped:
+            raise EngineUnavailableError("the remote generator client is shut down")
+
+    def shutdown(self) -> None:
+        self._stopped = True
+        for event in list(self._running.values()):
+            event.set()
+
+
+async def _sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The ``data:`` payloads of a server-sent event stream (one per event)."""
+    buffer: list[str] = []
+    async for line in lines:
+        if not line:
+            if buffer:
+                yield "\n".join(buffer)
+                buffer = []
+        elif line.startswith("data:"):
+            buffer.append(line[5:].lstrip())
+    if buffer:
+        yield "\n".join(buffer)
+
+
+class _RetryingStream:
+    """``async with``: the streamed response of ``POST completions``, retried while nothing has
+    been received (connection errors, timeouts, 429 and 5xx), with exponential backoff."""
+
+    def __init__(self, config: RemoteConfig, http: httpx.AsyncClient, body: dict[str, Any]):
+        self.config, self.http, self.body = config, http, body
+        self._context: Any = None
+
+    async def __aenter__(self) -> httpx.Response:
+        delay = self.config.backoff_s
+        for attempt in range(self.config.max_retries + 1):
+            last = attempt == self.config.max_retries
+            context = self.http.stream("POST", "completions", json=self.body)
+            try:
+                response = await context.__aenter__()
+            except (httpx.TransportError, httpx.TimeoutException) as exc:
+                if last:
+                    raise EngineUnavailableError(
+                        f"the remote generator at {self.config.base_url} is unreachable: {exc}"
+                    ) from exc
+                await asyncio.sleep(delay)
+                delay *= 2
+                continue
+            if response.status_code < 400:
+                self._context = context
+                return response
+            await response.aread()
+            await context.__aexit__(None, None, None)
+            status, message = response.status_code, _error_message(response)
+            if status == 429 or status >= 500:
+                wait = _retry_after(response, delay)
+                if last:
+                    if status == 429:
+                        raise RemoteBusyError(f"the remote generator is busy: {message}", wait)
+                    raise EngineUnavailableError(
+                        f"the remote generator answered {status}: {message}"
+                    )
+                await asyncio.sleep(wait)
+                delay *= 2
+                continue
+            raise RemoteRequestError(f"the remote generator refused the request: {message}", status)
+        raise AssertionError("unreachable")
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._context is not None:
+            await self._context.__aexit__(*exc)
+
+
+def _retry_after(response: httpx.Response, default: float) -> float:
+    try:
+        return min(float(response.headers.get("retry-after", default)), _MAX_RETRY_AFTER_S)
+    except ValueError:
+        return default
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:300] or response.reason_phrase
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"])
+    return json.dumps(body)[:300]
