@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
-from rag.collection import CollectionRegistry
+from rag.collection import CollectionRegistry, check_index_name
 from rag.index_records import RetrievalMode
-from rag.retriever import CollectionRetriever
+from rag.retriever import CollectionRetriever, Retriever
 from rag.reviews import index_version
 from rag.types import Passage
 
@@ -39,11 +40,34 @@ class Retrieval:
         )
 
 
+def content_version(passages: list[Passage]) -> str:
+    """A version of what a retriever without an index version returned: it changes whenever
+    the passages do."""
+    digest = hashlib.sha256()
+    for p in passages:
+        digest.update(f"{p.chunk_id}\0{p.text}\0".encode())
+    return f"content:{digest.hexdigest()[:16]}"
+
+
 class RetrieveStage:
-    """Retrieval (dense, BM25 or hybrid) over the collections of one index folder."""
+    """Retrieval (dense, BM25 or hybrid) over the collections of one index folder, and over
+    retrievers registered by name (a llama-index retriever, say), which rank as they do."""
 
     def __init__(self, collections: CollectionRegistry):
         self.collections = collections
+        self._registered: dict[str, Retriever] = {}
+
+    def register(self, name: str, retriever: Retriever) -> None:
+        """Answer questions asked of index ``name`` from ``retriever`` (over a built index of
+        that name, if any). Its passages' scores are held to ``min_score`` like any others."""
+        self._registered[check_index_name(name)] = retriever
+
+    def unregister(self, name: str) -> None:
+        self._registered.pop(name, None)
+
+    @property
+    def registered(self) -> list[str]:
+        return sorted(self._registered)
 
     def run(
         self,
@@ -53,7 +77,11 @@ class RetrieveStage:
         min_score: float,
         mode: RetrievalMode = "dense",
     ) -> Retrieval:
-        """Search ``index``; an unknown index raises ``IndexNotFoundError``."""
+        """Search ``index``; an unknown index raises ``IndexNotFoundError``. ``mode`` applies
+        to built indexes; a registered retriever ranks its own way."""
+        if (registered := self._registered.get(index)) is not None:
+            ranked = registered.retrieve(question, top_k)
+            return Retrieval(index, content_version(ranked), ranked, min_score)
         collection = self.collections.get(index)
         ranked = CollectionRetriever(collection, mode).retrieve(question, top_k)
         return Retrieval(index, index_version(collection), ranked, min_score)

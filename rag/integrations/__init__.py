@@ -1,0 +1,1 @@
+"""Adapters between ragguard and other frameworks (``llama_index``)."""
