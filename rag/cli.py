@@ -164,7 +164,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from rag.server import create_app
     from rag.server.auth import KeyStore, check_bind
 
-    settings = _settings(args, host=args.host, port=args.port)
+    settings = _settings(
+        args,
+        host=args.host,
+        port=args.port,
+        ray_api_replicas=args.api_replicas,
+        ray_engine_replicas=args.engine_replicas,
+        ray_autoscale_max_replicas=args.autoscale_max_replicas,
+    )
     logs.configure(settings.log_level, settings.log_format)
     keys = KeyStore(settings.data_dir / "keys.sqlite", settings.api_keys)
     try:
@@ -177,6 +184,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"docs at /docs, reviewers at /review; the model loads in the background, see /readyz)",
         file=sys.stderr,
     )
+    if args.ray:
+        from rag.server.ray_serve import serve_with_ray
+
+        serve_with_ray(settings)
+        return 0
     uvicorn.run(
         create_app(settings),
         host=settings.host,
@@ -290,6 +302,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="GGUF file or model folder")
     p.add_argument("--host", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8000)")
+    p.add_argument(
+        "--ray",
+        action="store_true",
+        help="serve on Ray Serve: API replicas over engine replicas (pip install ray[serve])",
+    )
+    p.add_argument("--api-replicas", type=int, help="--ray: API replicas (default 1)")
+    p.add_argument("--engine-replicas", type=int, help="--ray: engine replicas (default 1)")
+    p.add_argument(
+        "--autoscale-max-replicas", type=int, help="--ray: autoscale API replicas up to this"
+    )
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("index", help="inspect or delete indexes")

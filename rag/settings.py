@@ -274,6 +274,24 @@ class Settings(BaseSettings):
     )
 
     # Server
+    ray_address: str | None = Field(
+        None,
+        description="serve --ray: the Ray cluster to join (e.g. ray://head:10001); empty = "
+        "a local one",
+    )
+    ray_api_replicas: int = Field(
+        1, ge=1, le=256, description="serve --ray: API replicas (the minimum when autoscaling)"
+    )
+    ray_engine_replicas: int = Field(1, ge=1, le=256, description="serve --ray: engine replicas")
+    ray_autoscale_max_replicas: int | None = Field(
+        None, ge=1, le=256, description="serve --ray: autoscale the API replicas up to this many"
+    )
+    ray_target_ongoing_requests: float = Field(
+        2.0, gt=0, description="serve --ray: autoscaling's target of requests per API replica"
+    )
+    ray_cpus_per_replica: float = Field(
+        0.5, ge=0, description="serve --ray: CPUs Ray reserves for each replica"
+    )
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
