@@ -91,9 +91,16 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def measure(url: str, questions: int, concurrency: int) -> dict[str, Any]:
+    refused = Counter[str]()
+
     def ask(question: str) -> tuple[float, int, str]:
         started = time.perf_counter()
-        response = httpx.post(f"{url}/v1/ask", json={"question": question}, timeout=600)
+        while True:  # a well-behaved client: a 429 is retried after its Retry-After
+            response = httpx.post(f"{url}/v1/ask", json={"question": question}, timeout=600)
+            if response.status_code != 429:
+                break
+            refused["429"] += 1
+            time.sleep(float(response.headers.get("retry-after", "1")))
         response.raise_for_status()
         tokens = int(response.json()["usage"]["completion_tokens"])
         return time.perf_counter() - started, tokens, response.headers.get("x-ragguard-replica", "")
@@ -112,6 +119,7 @@ def measure(url: str, questions: int, concurrency: int) -> dict[str, Any]:
         "e2e_p90_s": float(np.percentile(latencies, 90)),
         "by_replica": dict(Counter(r[2] for r in results)),
         "elapsed_s": elapsed,
+        "refused_429": refused["429"],
     }
 
 
@@ -127,13 +135,15 @@ def main(argv: list[str] | None = None) -> None:
             finally:
                 stop(proc)
             print(f"  {layout}: done", file=sys.stderr)
-    print("\n| layout | questions/s | tokens/s | e2e p50 | e2e p90 | questions per API replica |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print(
+        "\n| layout | questions/s | tokens/s | e2e p50 | e2e p90 | per API replica | 429s retried |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in records:
         spread = "/".join(str(n) for n in sorted(r["by_replica"].values(), reverse=True))
         print(
             f"| {r['layout']} | {r['questions_per_s']:.3f} | {r['tokens_per_s']:.1f} | "
-            f"{r['e2e_p50_s']:.1f} s | {r['e2e_p90_s']:.1f} s | {spread} |"
+            f"{r['e2e_p50_s']:.1f} s | {r['e2e_p90_s']:.1f} s | {spread} | {r['refused_429']} |"
         )
     command = f"python {shlex.join(sys.argv)}"
     print(f"\nreproduce: {command}")
