@@ -173,7 +173,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ray_autoscale_max_replicas=args.autoscale_max_replicas,
     )
     logs.configure(settings.log_level, settings.log_format)
-    keys = KeyStore(settings.data_dir / "keys.sqlite", settings.api_keys)
+    keys = KeyStore(settings.keys_location(), settings.api_keys)
     try:
         protection = check_bind(settings.host, keys)  # refuses beyond loopback without keys
     finally:

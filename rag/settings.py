@@ -247,6 +247,11 @@ class Settings(BaseSettings):
     data_dir: Path = Field(Path("data"), description="review queue and other durable state")
 
     # Human review
+    keys_db: str | None = Field(
+        None,
+        description="the API key store: a SQLite path or postgresql://... URL (the review "
+        "store's own database may be given); default data_dir/keys.sqlite",
+    )
     review_db: str | None = Field(
         None, description="review store: a SQLite path or postgresql:// URL; empty = data_dir"
     )
@@ -320,6 +325,10 @@ class Settings(BaseSettings):
         if isinstance(value, str) and value.strip().lower() in ("", "none"):
             return None
         return value
+
+    def keys_location(self) -> str | Path:
+        """Where the API key store lives (``keys_db``, else ``data_dir/keys.sqlite``)."""
+        return self.keys_db or self.data_dir / "keys.sqlite"
 
     def engine_config(self) -> EngineConfig:
         """The engine configuration these settings describe."""

@@ -1,108 +1,148 @@
-"""A small DB-API layer: SQLite by default, PostgreSQL through the same SQL.
+"""The stores' database layer: SQLAlchemy Core engines with a connection pool, SQLite by default,
+PostgreSQL through the same SQL.
 
-The review store writes its SQL once, with ``?`` placeholders; for PostgreSQL (psycopg) they are
-translated to ``%s``. Every write runs inside ``transaction()``: either all of its statements are
-committed or none is, so a crash never leaves a status change without its audit row.
+The stores write their SQL once, with ``?`` placeholders, and run it on a pooled connection as
+the driver's own SQL (``exec_driver_sql``); for PostgreSQL (psycopg) the placeholders become
+``%s``. Every write runs inside ``transaction()``: either all of its statements are committed or
+none is, so a crash never leaves a status change without its audit row. Transactions run on
+connections of their own, so on PostgreSQL concurrent requests of one process (and of several
+processes) proceed side by side; SQLite serialises writers itself (``BEGIN IMMEDIATE`` takes its
+write lock up front, waiting up to ``busy_timeout_s``), while its readers never wait (WAL).
 """
 
 from __future__ import annotations
 
 import re
-import sqlite3
-import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Connection, CursorResult, Engine
+
 _PLACEHOLDER = re.compile(r"\?")
+_IMMEDIATE = "ragguard_immediate"
+"""Connection execution option: begin the SQLite transaction with BEGIN IMMEDIATE."""
 
 
 class Cursor:
     """Runs statements of one transaction; ``rowcount`` of the last one."""
 
-    def __init__(self, raw: Any, translate: bool):
-        self._raw = raw
+    def __init__(self, conn: Connection, translate: bool):
+        self._conn = conn
         self._translate = translate
+        self._result: CursorResult[Any] | None = None
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
         if self._translate:
             sql = _PLACEHOLDER.sub("%s", sql.replace("%", "%%"))
-        self._raw.execute(sql, tuple(params))
+        self._result = self._conn.exec_driver_sql(sql, tuple(params))
         return self
 
     def fetchone(self) -> tuple[Any, ...] | None:
-        row = self._raw.fetchone()
+        assert self._result is not None
+        row = self._result.fetchone()
         return None if row is None else tuple(row)
 
     def fetchall(self) -> list[tuple[Any, ...]]:
-        return [tuple(r) for r in self._raw.fetchall()]
+        assert self._result is not None
+        return [tuple(r) for r in self._result.fetchall()]
 
     @property
     def rowcount(self) -> int:
-        return int(self._raw.rowcount)
+        assert self._result is not None
+        return int(self._result.rowcount)
+
+
+def database_url(url: str | Path) -> str:
+    """An SQLAlchemy URL for ``url``: ``postgresql://`` (psycopg), ``sqlite:///PATH`` or a path."""
+    text = str(url)
+    if text.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + text.split("://", 1)[1]
+    if text.startswith("postgresql+"):
+        return text
+    path = Path(text.removeprefix("sqlite:///").removeprefix("sqlite://"))
+    return f"sqlite:///{path}"
 
 
 class Database:
-    """One connection, serialised by a lock; ``dialect`` is ``sqlite`` or ``postgresql``."""
+    """A pooled SQLAlchemy engine; ``dialect`` is ``sqlite`` or ``postgresql``."""
 
-    def __init__(self, url: str | Path, *, busy_timeout_s: float = 30.0):
+    def __init__(
+        self,
+        url: str | Path,
+        *,
+        busy_timeout_s: float = 30.0,
+        pool_size: int = 5,
+        max_overflow: int = 10,
+    ):
         self.url = str(url)
-        self._lock = threading.RLock()
-        if self.url.startswith(("postgresql://", "postgres://")):
+        sa_url = database_url(url)
+        if sa_url.startswith("postgresql"):
             self.dialect = "postgresql"
-            self._conn = self._connect_postgresql(self.url)
+            self.engine = self._postgresql_engine(sa_url, pool_size, max_overflow)
         else:
             self.dialect = "sqlite"
-            path = Path(self.url.removeprefix("sqlite:///").removeprefix("sqlite://"))
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(
-                path, check_same_thread=False, isolation_level=None, timeout=busy_timeout_s
-            )
-            # WAL: readers never block the writer; FULL: a commit is on disk when COMMIT returns.
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=FULL")
-            self._conn.execute("PRAGMA foreign_keys=ON")
+            Path(sa_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            self.engine = self._sqlite_engine(sa_url, busy_timeout_s, pool_size, max_overflow)
 
     @staticmethod
-    def _connect_postgresql(url: str) -> Any:
+    def _postgresql_engine(url: str, pool_size: int, max_overflow: int) -> Engine:
         try:
-            import psycopg
+            import psycopg  # noqa: F401
         except ImportError as exc:
             raise ImportError(
-                "a PostgreSQL review store needs psycopg: pip install 'psycopg[binary]'"
+                "a PostgreSQL store needs psycopg: pip install 'psycopg[binary]'"
             ) from exc
-        return psycopg.connect(url, autocommit=True)
+        return create_engine(
+            url, pool_size=pool_size, max_overflow=max_overflow, pool_pre_ping=True
+        )
+
+    @staticmethod
+    def _sqlite_engine(
+        url: str, busy_timeout_s: float, pool_size: int, max_overflow: int
+    ) -> Engine:
+        engine = create_engine(
+            url,
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+            connect_args={"check_same_thread": False, "timeout": busy_timeout_s},
+        )
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _: Any) -> None:
+            # pysqlite's own transaction handling is off: we say when transactions begin.
+            dbapi_conn.isolation_level = None
+            # WAL: readers never block the writer; FULL: a commit is on disk when COMMIT returns.
+            dbapi_conn.execute("PRAGMA journal_mode=WAL")
+            dbapi_conn.execute("PRAGMA synchronous=FULL")
+            dbapi_conn.execute("PRAGMA foreign_keys=ON")
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            # IMMEDIATE takes the write lock up front, so a read-then-write cannot race.
+            immediate = conn.get_execution_options().get(_IMMEDIATE, False)
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+        return engine
 
     @contextmanager
     def transaction(self) -> Iterator[Cursor]:
         """All statements inside commit together; an exception rolls every one back."""
-        with self._lock:
-            raw = self._conn.cursor()
-            # IMMEDIATE takes SQLite's write lock up front, so a read-then-write cannot race.
-            raw.execute("BEGIN IMMEDIATE" if self.dialect == "sqlite" else "BEGIN")
-            try:
-                yield Cursor(raw, self.dialect == "postgresql")
-            except BaseException:
-                raw.execute("ROLLBACK")
-                raise
-            try:
-                raw.execute("COMMIT")
-            except BaseException:
-                with suppress(Exception):  # leave no open transaction behind a failed commit
-                    raw.execute("ROLLBACK")
-                raise
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(**{_IMMEDIATE: True})
+            with conn.begin():
+                yield Cursor(conn, self.dialect == "postgresql")
 
     @contextmanager
     def read(self) -> Iterator[Cursor]:
         """A consistent read (one transaction, nothing written)."""
-        with self._lock:
-            raw = self._conn.cursor()
-            raw.execute("BEGIN")
+        with self.engine.connect() as conn, conn.begin() as tx:
             try:
-                yield Cursor(raw, self.dialect == "postgresql")
+                yield Cursor(conn, self.dialect == "postgresql")
             finally:
-                raw.execute("ROLLBACK")
+                tx.rollback()
 
     def table_exists(self, cur: Cursor, name: str) -> bool:
         if self.dialect == "sqlite":
@@ -112,5 +152,4 @@ class Database:
         return cur.execute(sql, (name,)).fetchone() is not None
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self.engine.dispose()

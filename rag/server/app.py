@@ -113,7 +113,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         s = state.settings
-        state.keys = KeyStore(s.data_dir / "keys.sqlite", s.api_keys)
+        state.keys = KeyStore(s.keys_location(), s.api_keys)
         log_protection(state.keys)  # a loud warning when authentication is off
         # Reviewers can work while the model loads: the queue does not need it.
         own_reviews = None if pipeline else await run_in_threadpool(open_review_store, s)

@@ -15,8 +15,6 @@ import hmac
 import ipaddress
 import logging
 import secrets
-import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +23,7 @@ from urllib.parse import urlsplit
 
 from fastapi import Request
 
+from guards.review.backend import Database
 from rag.errors import (
     AuthenticationError,
     ConfigurationError,
@@ -68,17 +67,17 @@ def hash_key(key: str) -> str:
 
 
 class KeyStore:
-    """The server's API keys: a SQLite table plus, optionally, a read-only file of hashes."""
+    """The server's API keys: a table (SQLite by default, or PostgreSQL: ``url`` is a path or a
+    database URL, pooled as the review store's is) plus, optionally, a read-only file of
+    hashes."""
 
-    def __init__(self, path: Path, keys_file: Path | None = None):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute(
-            "CREATE TABLE IF NOT EXISTS keys (name TEXT PRIMARY KEY, role TEXT NOT NULL, "
-            "key_sha256 TEXT NOT NULL UNIQUE, created_at REAL NOT NULL)"
-        )
-        self._lock = threading.Lock()
+    def __init__(self, url: str | Path, keys_file: Path | None = None):
+        self._db = Database(url)
+        with self._db.transaction() as cur:
+            cur.execute(
+                "CREATE TABLE IF NOT EXISTS keys (name TEXT PRIMARY KEY, role TEXT NOT NULL, "
+                "key_sha256 TEXT NOT NULL UNIQUE, created_at DOUBLE PRECISION NOT NULL)"
+            )
         self._file_keys = _read_keys_file(keys_file) if keys_file else []
         self._required = bool(self._all())
         """Latched: once a key has existed, revoking the last one does not switch auth off
@@ -90,30 +89,29 @@ class KeyStore:
             raise InvalidInputError("a key name is 1-64 letters, digits, '-' or '_'")
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         self._required = True
-        with self._lock:
-            try:
-                self._conn.execute(
-                    "INSERT INTO keys VALUES (?, ?, ?, ?)",
-                    (name, Role(role).value, hash_key(key), time.time()),
-                )
-            except sqlite3.IntegrityError as exc:
-                raise InvalidInputError(f"a key named {name!r} exists; revoke it first") from exc
+        with self._db.transaction() as cur:
+            added = cur.execute(
+                "INSERT INTO keys VALUES (?, ?, ?, ?) ON CONFLICT (name) DO NOTHING",
+                (name, Role(role).value, hash_key(key), time.time()),
+            ).rowcount
+        if not added:
+            raise InvalidInputError(f"a key named {name!r} exists; revoke it first")
         return key
 
     def revoke(self, name: str) -> None:
-        with self._lock:
-            if not self._conn.execute("DELETE FROM keys WHERE name = ?", (name,)).rowcount:
+        with self._db.transaction() as cur:
+            if not cur.execute("DELETE FROM keys WHERE name = ?", (name,)).rowcount:
                 raise NotFoundError(f"no key named {name!r} (keys from the keys file are fixed)")
 
     def list_keys(self) -> list[KeyInfo]:
-        with self._lock:
-            rows = self._conn.execute("SELECT name, role, created_at FROM keys ORDER BY name")
-            stored = [KeyInfo(n, Role(r), c) for n, r, c in rows.fetchall()]
+        with self._db.read() as cur:
+            rows = cur.execute("SELECT name, role, created_at FROM keys ORDER BY name").fetchall()
+        stored = [KeyInfo(n, Role(r), float(c)) for n, r, c in rows]
         return stored + [KeyInfo(n, r, 0.0) for n, r, _ in self._file_keys]
 
     def _all(self) -> list[tuple[str, Role, str]]:
-        with self._lock:
-            rows = self._conn.execute("SELECT name, role, key_sha256 FROM keys").fetchall()
+        with self._db.read() as cur:
+            rows = cur.execute("SELECT name, role, key_sha256 FROM keys").fetchall()
         return [(n, Role(r), h) for n, r, h in rows] + self._file_keys
 
     @property
@@ -130,8 +128,7 @@ class KeyStore:
         return found
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._db.close()
 
 
 def _read_keys_file(path: Path) -> list[tuple[str, Role, str]]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from fake_clock import Clock
+from sqlalchemy import event
 
 from guards.review import (
     Action,
@@ -373,11 +374,11 @@ def test_a_schema_1_database_is_migrated_with_its_rows(tmp_path: Path) -> None:
 
 def test_postgresql_paramstyle_translation() -> None:
     class Raw:
-        def execute(self, sql: str, params: tuple[object, ...]) -> None:
+        def exec_driver_sql(self, sql: str, params: tuple[object, ...]) -> None:
             self.sql, self.params = sql, params
 
     raw = Raw()
-    Cursor(raw, translate=True).execute(
+    Cursor(raw, translate=True).execute(  # type: ignore[arg-type]
         "SELECT a FROM t WHERE b = ? AND c LIKE '5%' AND d = ?", (1, 2)
     )
     assert raw.sql == "SELECT a FROM t WHERE b = %s AND c LIKE '5%%' AND d = %s"
@@ -392,23 +393,27 @@ def test_queue_wide_queries_use_an_index_not_a_scan(tmp_path: Path) -> None:
     store.add_gold("Capital of France?", "Paris.", is_correct=True)
     for i in range(20):
         store.add(flagged(f"q{i}", index_version=f"v{i % 3}"))
-    statements: list[str] = []
-    store.db._conn.set_trace_callback(statements.append)
+    statements: list[tuple[str, tuple[object, ...]]] = []
+
+    def record(conn: object, cursor: object, sql: str, params: object, *_: object) -> None:
+        statements.append((sql, tuple(params)))  # type: ignore[call-overload]
+
+    event.listen(store.db.engine, "before_cursor_execute", record)
     store.add(flagged("one more"))
     list(store.export_items(page_size=4))
     item = store.add(flagged("newest", index_version="v9"))
     store.claim(item.id, "ann")
     store.resolve(item.id, "ann", Action.APPROVE)  # caches it and prunes older versions
-    store.db._conn.set_trace_callback(None)
+    event.remove(store.db.engine, "before_cursor_execute", record)
     store.close()
 
     plans = sqlite3.connect(path)
     full_scans: list[str] = []
     used: set[str] = set()
-    for sql in statements:
+    for sql, params in statements:
         if not sql.lstrip().upper().startswith(("SELECT", "DELETE")):
             continue
-        for row in plans.execute(f"EXPLAIN QUERY PLAN {sql}"):
+        for row in plans.execute(f"EXPLAIN QUERY PLAN {sql}", params):
             words = row[-1].split()
             used.update(w for w in words if w.startswith(("review_by_", "answer_cache_by")))
             # A bare "SCAN t" reads every row of the queue or the cache; "SCAN t USING INDEX"

@@ -55,6 +55,7 @@ SETTINGS = {
 # CRASH_AT-th index write (for audit rows: at its CRASH_AT-th audit row).
 HOOK = """
 import os, signal, sys
+from sqlalchemy import event
 from guards.review import backend
 from rag import faiss_store, index
 from rag.cli import main
@@ -90,7 +91,8 @@ index.VectorIndex._connect = staticmethod(traced_connect)
 init = backend.Database.__init__
 def traced_init(self, *args, **kwargs):
     init(self, *args, **kwargs)
-    self._conn.set_trace_callback(trace)
+    # Every pooled connection, as the pool opens it (the engine connects lazily).
+    event.listen(self.engine, "connect", lambda conn, _: conn.set_trace_callback(trace))
 backend.Database.__init__ = traced_init
 apply = faiss_store.FaissStore.apply
 def dying_apply(self, *args):
