@@ -148,6 +148,14 @@ def live_server() -> Iterator[Callable[[object], str]]:
         thread.join(timeout=15)
 
 
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A throwaway PostgreSQL server for the session (``tests.postgres``); skips without one."""
+    from tests.postgres import postgres_server
+
+    yield from postgres_server()
+
+
 MODEL_FIXTURES = frozenset(
     {"embedder", "generator", "llm_engine", "pipeline", "demo_pipeline", "demo_index_template"}
 )

@@ -3,14 +3,7 @@ the PostgreSQL binaries and psycopg are installed; skipped otherwise."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import tempfile
 import threading
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from fake_clock import Clock
@@ -28,38 +21,12 @@ from guards.review import (
     queue_stats,
 )
 from guards.review.migrations import SCHEMA_VERSION
-
-pytest.importorskip("psycopg", reason="psycopg is not installed: pip install 'psycopg[binary]'")
-if not (shutil.which("initdb") and shutil.which("pg_ctl")):
-    pytest.skip("PostgreSQL binaries (initdb, pg_ctl) are not installed", allow_module_level=True)
-
-
-def _as_server_user(*cmd: str) -> list[str]:
-    # PostgreSQL refuses to run as root.
-    return ["runuser", "-u", "nobody", "--", *cmd] if os.geteuid() == 0 else list(cmd)
-
-
-def _run(*cmd: str) -> None:
-    subprocess.run(_as_server_user(*cmd), capture_output=True, check=True, timeout=60)
+from tests.postgres import new_database
 
 
 @pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    # Under /tmp itself: the server's user must be able to reach its directory.
-    root = Path(tempfile.mkdtemp(prefix="ragguard-pg-"))
-    if os.geteuid() == 0:
-        shutil.chown(root, "nobody")
-    data, port = root / "data", 50000 + uuid.uuid4().int % 10000
-    options = f"-k {root} -c listen_addresses='' -p {port}"
-    try:
-        _run("initdb", "-D", str(data), "-A", "trust", "-U", "postgres")
-        _run("pg_ctl", "-D", str(data), "-l", str(root / "log"), "-w", "start", "-o", options)
-    except (subprocess.CalledProcessError, OSError) as exc:
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.skip(f"a throwaway PostgreSQL server did not start: {exc}")
-    yield f"postgresql://postgres@/postgres?host={root}&port={port}"
-    _run("pg_ctl", "-D", str(data), "-m", "immediate", "stop")
-    shutil.rmtree(root, ignore_errors=True)
+def pg_url(postgres_url: str) -> str:
+    return postgres_url
 
 
 def test_the_workflow_on_postgresql(pg_url: str) -> None:
@@ -141,19 +108,9 @@ def test_concurrent_claims_on_postgresql(pg_url: str) -> None:
         s.close()
 
 
-def _new_database(pg_url: str) -> str:
-    """A URL of a new, empty database on the throwaway server."""
-    import psycopg
-
-    name = f"ragguard_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    return pg_url.replace("postgresql://postgres@/postgres?", f"postgresql://postgres@/{name}?")
-
-
 def test_an_escalation_goes_to_someone_else_on_postgresql(pg_url: str) -> None:
     clock = Clock()
-    store = ReviewStore(_new_database(pg_url), gold_rate=0, clock=clock)
+    store = ReviewStore(new_database(pg_url), gold_rate=0, clock=clock)
     escalation_scenario(store, clock)
     store.close()
 
@@ -161,4 +118,4 @@ def test_an_escalation_goes_to_someone_else_on_postgresql(pg_url: str) -> None:
 def test_escalations_from_before_schema_5_are_kept_on_postgresql(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    migration_scenario(_new_database(pg_url), monkeypatch)
+    migration_scenario(new_database(pg_url), monkeypatch)
