@@ -25,7 +25,7 @@ from guards import Action
 from rag.pipeline import Pipeline
 from rag.settings import Settings
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.slow]  # a second server process: ~55 s
 
 PROMPT_MESSAGES = [{"role": "user", "content": "Name three colours."}]
 
