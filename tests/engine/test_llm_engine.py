@@ -55,6 +55,7 @@ def hf_greedy(model, prompt_ids: list[int], max_tokens: int, eos: list[int]) -> 
     return tokens[: next((i for i, t in enumerate(tokens) if t in eos), len(tokens))]
 
 
+@pytest.mark.slow  # 48 s: the default tier keeps shorter equivalence checks
 def test_greedy_is_token_identical_to_transformers_on_21_prompts(
     engine: LLMEngine, generator, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]

@@ -127,6 +127,7 @@ def spec_engine() -> LLMEngine:
     )
 
 
+@pytest.mark.slow  # 35 s: the default tier keeps shorter equivalence checks
 def test_greedy_speculation_gives_exactly_the_tokens_of_plain_decoding(
     spec_engine: LLMEngine, llm_engine: LLMEngine
 ) -> None:
