@@ -67,6 +67,7 @@ from guards.alignment import AnswerEvidenceGuard
 from guards.kg import MOVIE_FUNCTIONAL_RELATIONS, MOVIE_RELATION_PHRASES, Verdict
 from guards.repetition import LOOP_STOP_REASON
 from guards.text import content_words, overlap
+from rag.demo import DEMO_QUESTIONS
 from rag.documents import Document
 from rag.embed import Embedder
 from rag.eval.datasets import (
@@ -98,16 +99,6 @@ from rag.types import Passage, Result
 SEED = 0
 SECTIONS = ("halueval", "metaqa_claims", "metaqa_answers", "end_to_end", "repetition")
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-DEMO_QUESTIONS = (
-    "What does a KV cache avoid recomputing?",
-    "What temperature does the technical preset use?",
-    "What does continuous batching do?",
-    "When does the policy send an answer to human review?",
-    "What is self-consistency voting?",
-    "How are reviewers' ratings scored?",
-    "What does the repetition guard detect?",
-    "What is prefix caching?",
-)
 LOOP_PROMPTS = (
     "Write the letter A fifty times.",
     "Repeat the word cat many times.",

@@ -31,16 +31,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-QUESTIONS = (
-    "What does a KV cache avoid recomputing?",
-    "What temperature does the technical preset use?",
-    "What does continuous batching do?",
-    "When does the policy send an answer to human review?",
-    "What is self-consistency voting?",
-    "How are reviewers' ratings scored?",
-    "What does the repetition guard detect?",
-    "What is prefix caching?",
-)
+from rag.demo import DEMO_QUESTIONS as QUESTIONS
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

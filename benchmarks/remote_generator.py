@@ -34,20 +34,10 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from rag.demo import DEMO_QUESTIONS as QUESTIONS  # noqa: E402
 from rag.pipeline import Pipeline  # noqa: E402
 from rag.settings import Settings  # noqa: E402
 from rag.types import AskOptions, Result  # noqa: E402
-
-QUESTIONS = (
-    "What does a KV cache avoid recomputing?",
-    "What temperature does the technical preset use?",
-    "What does continuous batching do?",
-    "When does the policy send an answer to human review?",
-    "What is self-consistency voting?",
-    "How are reviewers' ratings scored?",
-    "What does the repetition guard detect?",
-    "What is prefix caching?",
-)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -115,10 +105,8 @@ def main(argv: list[str] | None = None) -> None:
                 )
             )
             rows: list[dict[str, Any]] = []
-            for question in QUESTIONS:  # warm-up: first-call costs on both sides
-                ask(local, question, args.max_tokens)
-                ask(remote, question, args.max_tokens)
-                break
+            ask(local, QUESTIONS[0], args.max_tokens)  # warm-up: first-call costs on both sides
+            ask(remote, QUESTIONS[0], args.max_tokens)
             for round_ in range(args.repeats):
                 for question in QUESTIONS:
                     here, here_s = ask(local, question, args.max_tokens)

@@ -13,6 +13,17 @@ from rag.settings import Settings
 logger = logging.getLogger(__name__)
 
 DEMO_INDEX = "demo"
+DEMO_QUESTIONS = (
+    "What does a KV cache avoid recomputing?",
+    "What temperature does the technical preset use?",
+    "What does continuous batching do?",
+    "When does the policy send an answer to human review?",
+    "What is self-consistency voting?",
+    "How are reviewers' ratings scored?",
+    "What does the repetition guard detect?",
+    "What is prefix caching?",
+)
+"""Questions the demo collection answers (the benchmarks' workload over it)."""
 
 
 def demo_collection_path() -> Path:
