@@ -42,6 +42,7 @@ def test_help_does_not_import_heavy_libraries() -> None:
 
 
 @pytest.mark.model
+@pytest.mark.slow  # 34 s of CLI runs, each loading the models: the default tier stays well under 10 min
 def test_ingest_info_ask_and_delete(tmp_path: Path) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
