@@ -36,9 +36,10 @@ from typing import Any
 import httpx
 
 from engine.client import EngineUnavailableError
-from engine.errors import RemoteBusyError, RemoteRequestError
+from engine.errors import RemoteRequestError
 from engine.outputs import CompletionOutput, FinishReason, RequestOutput, RequestTiming
-from engine.prompts import Prompt
+from engine.prompts import Prompt, PromptTokenizer
+from engine.remote_http import RetryingStream, sse_data
 from engine.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -47,7 +48,6 @@ CHARS_PER_TOKEN_ESTIMATE = 3
 """Without a tokenizer, a prompt of c characters counts as ceil(c / 3) tokens (English text is
 about four characters a token: the estimate errs towards prompts that fit)."""
 DEFAULT_MAX_MODEL_LEN = 2048
-_MAX_RETRY_AFTER_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,30 +102,31 @@ class RemoteClient:
 
     def __init__(self, config: RemoteConfig, *, cache_dir: Any = None, max_model_len: int | None):
         self.config = config
-        self._tokenizer = (
+        tokenizer = (
             _load_tokenizer(config.tokenizer, cache_dir) if config.tokenizer is not None else None
         )
-        if self._tokenizer is None:
+        if tokenizer is None:
             logger.warning(
                 "remote generator without a local tokenizer: prompts use the ChatML template "
                 "and their token counts are estimated (1 token per %d characters)",
                 CHARS_PER_TOKEN_ESTIMATE,
             )
-        self._model: str | None = config.model
-        self._max_model_len = config.max_model_len or max_model_len
-        self._card: dict[str, Any] | None = None
-        if self._model is None or self._max_model_len is None:
-            self._card = self._model_card()
-            self._model = self._model or str(self._card["id"])
-            reported = self._card.get("max_model_len")
-            if self._max_model_len is None and isinstance(reported, int) and reported > 0:
-                self._max_model_len = reported
-        if self._max_model_len is None:
+        model, context = config.model, config.max_model_len or max_model_len
+        if model is None or context is None:
+            card = self._model_card()
+            model = model or str(card["id"])
+            reported = card.get("max_model_len")
+            if context is None and isinstance(reported, int) and reported > 0:
+                context = reported
+        if context is None:
             logger.warning(
                 "the remote server does not report its context length: assuming %d tokens",
                 DEFAULT_MAX_MODEL_LEN,
             )
-            self._max_model_len = DEFAULT_MAX_MODEL_LEN
+            context = DEFAULT_MAX_MODEL_LEN
+        self._model = model
+        self._max_model_len = context
+        self.prompts = PromptTokenizer(tokenizer, context) if tokenizer is not None else None
         self._token_ids: dict[str, int] = {}
         self._running: dict[str, asyncio.Event] = {}
         self._stopped = False
@@ -161,40 +162,33 @@ class RemoteClient:
 
     @property
     def model_name(self) -> str:
-        assert self._model is not None
         return self._model
 
     @property
     def max_model_len(self) -> int:
-        assert self._max_model_len is not None
         return self._max_model_len
 
     @property
     def tokenizer(self) -> Any:
-        return self._tokenizer
+        return None if self.prompts is None else self.prompts.tokenizer
 
     def count_tokens(self, prompt: str) -> int:
-        if self._tokenizer is None:
+        if self.prompts is None:
             return -(-len(prompt) // CHARS_PER_TOKEN_ESTIMATE)
-        bos = self._tokenizer.bos_token
-        ids = self._tokenizer(prompt, add_special_tokens=not (bos and prompt.startswith(bos)))
-        return len(ids["input_ids"])
+        return self.prompts.count_tokens(prompt)
 
     def apply_chat_template(self, messages: list[dict[str, str]]) -> str:
-        if self._tokenizer is None or not getattr(self._tokenizer, "chat_template", None):
+        if self.prompts is None or not getattr(self.prompts.tokenizer, "chat_template", None):
             return chatml(messages)
-        text = self._tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
-        )
-        return str(text)
+        return self.prompts.apply_chat_template(messages)
 
     def token_id(self, token: str) -> int:
         """The id of a token given as text (negative when the local tokenizer cannot tell)."""
         known = self._token_ids.get(token)
         if known is None:
             ids = (
-                self._tokenizer.encode(token, add_special_tokens=False)
-                if self._tokenizer is not None
+                self.prompts.tokenizer.encode(token, add_special_tokens=False)
+                if self.prompts is not None
                 else []
             )
             known = ids[0] if len(ids) == 1 else -1 - zlib.crc32(token.encode("utf-8"))
@@ -238,9 +232,9 @@ class RemoteClient:
     ) -> AsyncIterator[RequestOutput]:
         self.check_health()
         if not isinstance(prompt, str):
-            if self._tokenizer is None:
+            if self.prompts is None:
                 raise RemoteRequestError("token-id prompts need a local tokenizer", 400)
-            prompt = str(self._tokenizer.decode(prompt))
+            prompt = str(self.prompts.tokenizer.decode(prompt))
         request_id = request_id or uuid.uuid4().hex
         if request_id in self._running:
             raise ValueError(f"request id {request_id!r} is already in use")
@@ -256,7 +250,7 @@ class RemoteClient:
             timeout=timeout,
         )
         try:
-            async with http, _RetryingStream(self.config, http, body) as response:
+            async with http, RetryingStream(self.config, http, body) as response:
                 timing.first_scheduled_time = time.perf_counter()
                 async for output in self._read(response, result, params, aborted):
                     yield output
@@ -271,8 +265,9 @@ class RemoteClient:
         aborted: asyncio.Event,
     ) -> AsyncIterator[RequestOutput]:
         timing = result.timing
+        stopped_here = False  # a completion ended by our stop check, not by the server
         try:
-            async for data in _sse_data(response.aiter_lines()):
+            async for data in sse_data(response.aiter_lines()):
                 if aborted.is_set():
                     break
                 if data == "[DONE]":
@@ -289,15 +284,19 @@ class RemoteClient:
                     result.num_cached_tokens = int(details.get("cached_tokens") or 0)
                 changed = False
                 for choice in chunk.get("choices") or []:
-                    changed |= self._apply(result.outputs[int(choice["index"])], choice, params)
+                    out = result.outputs[int(choice["index"])]
+                    changed |= self._apply(out, choice, params)
+                    stopped_here |= out.finished and choice.get("finish_reason") is None
                 if changed:
                     now = time.perf_counter()
                     timing.first_token_time = timing.first_token_time or now
                     timing.token_times.append(now)
                     if all(o.finished for o in result.outputs):
-                        if not usage:  # the usage chunk comes after the last choice's end
-                            continue
-                        break
+                        if usage or stopped_here:
+                            # Our stop check ended a completion: closing the stream aborts it
+                            # on the server. Otherwise the server's usage chunk comes next.
+                            break
+                        continue
                     yield result
         except httpx.HTTPError as exc:
             raise EngineUnavailableError(f"the remote generator's stream broke: {exc}") from exc
@@ -306,10 +305,8 @@ class RemoteClient:
                 output.finish_reason = FinishReason.ABORT if aborted.is_set() else FinishReason.STOP
         result.finished = True
         timing.finished_time = time.perf_counter()
-        if self._tokenizer is not None and result.prompt is not None:
-            result.prompt_token_ids = self._tokenizer(result.prompt, add_special_tokens=False)[
-                "input_ids"
-            ]
+        if self.prompts is not None and result.prompt is not None:
+            result.prompt_token_ids = self.prompts.encode(result.prompt)
         yield result
 
     def _apply(self, out: CompletionOutput, choice: dict[str, Any], params: SamplingParams) -> bool:
@@ -356,83 +353,3 @@ class RemoteClient:
         self._stopped = True
         for event in list(self._running.values()):
             event.set()
-
-
-async def _sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
-    """The ``data:`` payloads of a server-sent event stream (one per event)."""
-    buffer: list[str] = []
-    async for line in lines:
-        if not line:
-            if buffer:
-                yield "\n".join(buffer)
-                buffer = []
-        elif line.startswith("data:"):
-            buffer.append(line[5:].lstrip())
-    if buffer:
-        yield "\n".join(buffer)
-
-
-class _RetryingStream:
-    """``async with``: the streamed response of ``POST completions``, retried while nothing has
-    been received (connection errors, timeouts, 429 and 5xx), with exponential backoff."""
-
-    def __init__(self, config: RemoteConfig, http: httpx.AsyncClient, body: dict[str, Any]):
-        self.config, self.http, self.body = config, http, body
-        self._context: Any = None
-
-    async def __aenter__(self) -> httpx.Response:
-        delay = self.config.backoff_s
-        for attempt in range(self.config.max_retries + 1):
-            last = attempt == self.config.max_retries
-            context = self.http.stream("POST", "completions", json=self.body)
-            try:
-                response = await context.__aenter__()
-            except (httpx.TransportError, httpx.TimeoutException) as exc:
-                if last:
-                    raise EngineUnavailableError(
-                        f"the remote generator at {self.config.base_url} is unreachable: {exc}"
-                    ) from exc
-                await asyncio.sleep(delay)
-                delay *= 2
-                continue
-            if response.status_code < 400:
-                self._context = context
-                return response
-            await response.aread()
-            await context.__aexit__(None, None, None)
-            status, message = response.status_code, _error_message(response)
-            if status == 429 or status >= 500:
-                wait = _retry_after(response, delay)
-                if last:
-                    if status == 429:
-                        raise RemoteBusyError(f"the remote generator is busy: {message}", wait)
-                    raise EngineUnavailableError(
-                        f"the remote generator answered {status}: {message}"
-                    )
-                await asyncio.sleep(wait)
-                delay *= 2
-                continue
-            raise RemoteRequestError(f"the remote generator refused the request: {message}", status)
-        raise AssertionError("unreachable")
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._context is not None:
-            await self._context.__aexit__(*exc)
-
-
-def _retry_after(response: httpx.Response, default: float) -> float:
-    try:
-        return min(float(response.headers.get("retry-after", default)), _MAX_RETRY_AFTER_S)
-    except ValueError:
-        return default
-
-
-def _error_message(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        return response.text[:300] or response.reason_phrase
-    error = body.get("error") if isinstance(body, dict) else None
-    if isinstance(error, dict) and error.get("message"):
-        return str(error["message"])
-    return json.dumps(body)[:300]

@@ -31,6 +31,9 @@ class Script:
         self.bodies: list[dict[str, Any]] = []
         self.words = WORDS
         self.finish = "stop"
+        self.delay_s = 0.0
+        self.sent = 0
+        """Chunks streamed so far."""
 
 
 def scripted_app(script: Script) -> FastAPI:
@@ -65,6 +68,8 @@ def scripted_app(script: Script) -> FastAPI:
                         "finish_reason": script.finish if last else None,
                     }
                     yield f"data: {json.dumps({'choices': [choice]})}\n\n"
+                    script.sent += 1
+                    await asyncio.sleep(script.delay_s)
             usage = {"prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12}
             yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n"
             yield "data: [DONE]\n\n"
@@ -147,6 +152,21 @@ def test_the_stop_check_runs_locally_and_ends_the_completion(remote: tuple[Scrip
     completion = out.outputs[0]
     assert completion.text == "Paris is the" and completion.stop_reason == "enough"
     assert completion.finish_reason is FinishReason.STOP
+
+
+def test_a_stop_check_ending_every_completion_closes_the_stream(
+    remote: tuple[Script, str],
+) -> None:
+    script, url = remote
+    script.words, script.delay_s = [" la"] * 400, 0.005  # two seconds of stream, at the least
+
+    def stop_at_third(token_ids: Any) -> str | None:
+        return "enough" if len(token_ids) >= 3 else None
+
+    out = run(generate_all(client(url), "q", SamplingParams(stop_check=stop_at_third)))
+    assert out.outputs[0].text == " la la la" and out.outputs[0].stop_reason == "enough"
+    # Reading on to the server's end would have taken all 400 chunks; the client hung up.
+    assert script.sent < 100
 
 
 def test_without_a_tokenizer_prompts_are_chatml_and_counts_an_estimate(
