@@ -103,7 +103,7 @@ class VectorIndex:
         self._lock = threading.RLock()
         self._vectors = FaissStore(path, self.dimension, meta["index_type"], self._stored_vectors)
         self._vectors.load(self.generation, self._num_stored_vectors())
-        self._lexical = LexicalStore(path, self._stored_texts)
+        self._lexical = LexicalStore(path, self._stored_texts, self._num_stored_vectors)
 
     # ----------------------------------------------------------------- opening
     @classmethod
@@ -295,43 +295,35 @@ class VectorIndex:
                 return self._chunks(self._vectors.search(query, top_k))
             depth = max(top_k, FUSION_DEPTH) if mode == "hybrid" else top_k
             assert text is not None
-            lexical = [
-                i
-                for i, _ in self._lexical.search(
-                    text, depth, self.generation, self._num_stored_vectors()
-                )
-            ]
+            ranked = [i for i, _ in self._lexical.search(text, depth, self.generation)]
             if mode == "hybrid":
                 dense = [i for i, _ in self._vectors.search(query, depth)]
-                lexical = reciprocal_rank_fusion([dense, lexical])
-            ranked = lexical[:top_k]
-            return self._chunks(list(zip(ranked, self._cosines(query, ranked), strict=True)))
+                ranked = reciprocal_rank_fusion([dense, ranked])
+            return self._chunks([(i, None) for i in ranked[:top_k]], query)
 
-    def _chunks(self, hits: list[tuple[int, float]]) -> list[ScoredChunk]:
-        """The chunks of (row id, score) hits, in the hits' order."""
+    def _chunks(
+        self, hits: Sequence[tuple[int, float | None]], query: np.ndarray | None = None
+    ) -> list[ScoredChunk]:
+        """The chunks of (row id, score) hits, in the hits' order; a score of None is the
+        chunk's cosine similarity to ``query``, from its stored embedding."""
         if not hits:
             return []
         rows = self._conn.execute(
-            "SELECT c.id, c.chunk_id, c.doc_id, c.ordinal, c.text, d.metadata FROM chunks c "
-            f"JOIN documents d USING (doc_id) WHERE c.id IN ({','.join('?' * len(hits))})",
+            "SELECT c.id, c.chunk_id, c.doc_id, c.ordinal, c.text, d.metadata, c.embedding "
+            f"FROM chunks c JOIN documents d USING (doc_id) "
+            f"WHERE c.id IN ({','.join('?' * len(hits))})",
             [i for i, _ in hits],
         ).fetchall()
         by_id = {r[0]: r for r in rows}
-        return [
-            ScoredChunk(Chunk(r[1], r[2], r[3], r[4]), score, json.loads(r[5]))
-            for i, score in hits
-            if (r := by_id.get(i)) is not None
-        ]
-
-    def _cosines(self, query: np.ndarray, ids: list[int]) -> list[float]:
-        """The query's similarity to the stored embeddings of chunk rows ``ids``."""
-        if not ids:
-            return []
-        rows = self._conn.execute(
-            f"SELECT id, embedding FROM chunks WHERE id IN ({','.join('?' * len(ids))})", ids
-        ).fetchall()
-        vectors = {r[0]: np.frombuffer(r[1], dtype=np.float32) for r in rows}
-        return [float(vectors[i] @ query) if i in vectors else 0.0 for i in ids]
+        found = []
+        for i, score in hits:
+            if (r := by_id.get(i)) is None:
+                continue
+            if score is None:
+                assert query is not None
+                score = float(np.frombuffer(r[6], dtype=np.float32) @ query)
+            found.append(ScoredChunk(Chunk(r[1], r[2], r[3], r[4]), score, json.loads(r[5])))
+        return found
 
     # ----------------------------------------------------------------- writes
     def write(

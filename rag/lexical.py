@@ -48,9 +48,11 @@ def _import_bm25s() -> tuple[Any, Any]:
 class LexicalStore:
     """Owns the BM25 index of one vector index folder. Not thread-safe: the caller locks."""
 
-    def __init__(self, folder: Path, texts: TextBatches):
+    def __init__(self, folder: Path, texts: TextBatches, count: Callable[[], int]):
+        """``count``: how many chunks the database holds now (read only when loading)."""
         self.folder = folder
         self._texts = texts
+        self._count = count
         self._generation: int | None = None  # the generation ``_bm25`` was built from
         self._bm25: Any = None
         self._ids = np.zeros(0, dtype=np.int64)
@@ -59,14 +61,12 @@ class LexicalStore:
     def folder_of(self, generation: int) -> Path:
         return self.folder / f"{_PREFIX}{generation}"
 
-    def search(
-        self, query: str, top_k: int, generation: int, num_chunks: int
-    ) -> list[tuple[int, float]]:
+    def search(self, query: str, top_k: int, generation: int) -> list[tuple[int, float]]:
         """(chunk row id, BM25 score) of the ``top_k`` best chunks with a query word, best first.
 
-        ``generation`` and ``num_chunks`` describe the database now; a store built from another
-        generation is loaded or rebuilt first."""
-        self._ensure(generation, num_chunks)
+        ``generation`` is the database's now; a store built from another generation is loaded
+        or rebuilt first."""
+        self._ensure(generation)
         if not len(self._ids):
             return []
         bm25s, stemmer = _import_bm25s()
@@ -82,10 +82,10 @@ class LexicalStore:
             (int(self._ids[d]), float(s)) for d, s in zip(docs[0], scores[0], strict=True) if s > 0
         ]
 
-    def _ensure(self, generation: int, num_chunks: int) -> None:
+    def _ensure(self, generation: int) -> None:
         if self._generation == generation:
             return
-        if not self._load(generation, num_chunks):
+        if not self._load(generation, self._count()):
             logger.info("%s: building BM25 generation %d", self.folder, generation)
             self._build()
             self._persist(generation)
