@@ -128,6 +128,8 @@ class RayEngineClient:
     async def generate(
         self, prompt: Prompt, params: SamplingParams, request_id: str | None = None
     ) -> AsyncIterator[RequestOutput]:
+        from ray.exceptions import RayError
+
         self.check_health()
         request_id = request_id or uuid.uuid4().hex
         if request_id in self._streams:
@@ -139,12 +141,8 @@ class RayEngineClient:
             async for output in stream:
                 finished = output.finished
                 yield output
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            if type(exc).__module__.startswith("ray"):  # the replica died, Serve shut down
-                raise EngineUnavailableError(f"the engine deployment failed: {exc}") from exc
-            raise
+        except RayError as exc:  # the replica died, Serve shut down
+            raise EngineUnavailableError(f"the engine deployment failed: {exc}") from exc
         finally:
             self._streams.pop(request_id, None)
             if not finished:
