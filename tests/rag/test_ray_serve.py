@@ -70,7 +70,13 @@ def test_two_api_replicas_share_one_engine_and_one_review_store(
             time.sleep(1)
 
         def ask(question: str) -> tuple[str, str]:
-            response = httpx.post(f"{url}/v1/ask", json={"question": question}, timeout=300)
+            # A replica at capacity answers 429 with Retry-After (its admission control): a
+            # client waits that long and asks again.
+            for _ in range(60):
+                response = httpx.post(f"{url}/v1/ask", json={"question": question}, timeout=300)
+                if response.status_code != 429:
+                    break
+                time.sleep(float(response.headers["retry-after"]))
             assert response.status_code == 200, response.text
             body = response.json()
             assert body["decision"] == "review" and body["review_id"], body
