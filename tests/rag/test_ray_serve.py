@@ -99,7 +99,9 @@ def test_two_api_replicas_share_one_engine_and_one_review_store(
             assert listing.status_code == 200, listing.text
             body = listing.json()
             assert body["total"] == len(QUESTIONS)
-            listed_by[listing.headers["x-ragguard-replica"]] = {item["id"] for item in body["items"]}
+            listed_by[listing.headers["x-ragguard-replica"]] = {
+                item["id"] for item in body["items"]
+            }
         assert all(ids == expected for ids in listed_by.values()), listed_by
     finally:
         process.send_signal(signal.SIGTERM)
