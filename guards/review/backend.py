@@ -29,15 +29,17 @@ _IMMEDIATE = "ragguard_immediate"
 class Cursor:
     """Runs statements of one transaction; ``rowcount`` of the last one."""
 
-    def __init__(self, conn: Connection, translate: bool):
-        self._conn = conn
-        self._translate = translate
+    def __init__(self, conn: Connection):
+        self.connection = conn
+        self.dialect = conn.dialect.name
+        """``sqlite`` or ``postgresql``."""
+        self._translate = self.dialect == "postgresql"
         self._result: CursorResult[Any] | None = None
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
         if self._translate:
             sql = _PLACEHOLDER.sub("%s", sql.replace("%", "%%"))
-        self._result = self._conn.exec_driver_sql(sql, tuple(params))
+        self._result = self.connection.exec_driver_sql(sql, tuple(params))
         return self
 
     def fetchone(self) -> tuple[Any, ...] | None:
@@ -53,6 +55,13 @@ class Cursor:
     def rowcount(self) -> int:
         assert self._result is not None
         return int(self._result.rowcount)
+
+    def table_exists(self, name: str) -> bool:
+        if self.dialect == "sqlite":
+            sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+        else:
+            sql = "SELECT 1 FROM information_schema.tables WHERE table_name = ?"
+        return self.execute(sql, (name,)).fetchone() is not None
 
 
 def database_url(url: str | Path) -> str:
@@ -133,23 +142,16 @@ class Database:
         with self.engine.connect() as conn:
             conn = conn.execution_options(**{_IMMEDIATE: True})
             with conn.begin():
-                yield Cursor(conn, self.dialect == "postgresql")
+                yield Cursor(conn)
 
     @contextmanager
     def read(self) -> Iterator[Cursor]:
         """A consistent read (one transaction, nothing written)."""
         with self.engine.connect() as conn, conn.begin() as tx:
             try:
-                yield Cursor(conn, self.dialect == "postgresql")
+                yield Cursor(conn)
             finally:
                 tx.rollback()
-
-    def table_exists(self, cur: Cursor, name: str) -> bool:
-        if self.dialect == "sqlite":
-            sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
-        else:
-            sql = "SELECT 1 FROM information_schema.tables WHERE table_name = ?"
-        return cur.execute(sql, (name,)).fetchone() is not None
 
     def close(self) -> None:
         self.engine.dispose()

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from fastapi import Request
 
 from guards.review.backend import Database
+from guards.review.schema_history import SchemaHistory, UnknownRevisionError, upgrade
 from rag.errors import (
     AuthenticationError,
     ConfigurationError,
@@ -36,6 +37,13 @@ from rag.errors import (
 logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "rg_"
+
+KEYS_HISTORY = SchemaHistory(
+    "rag.server:key_revisions",
+    version_table="ragguard_keys_revision",
+    lock_id=0x6B657973,  # "keys"
+)
+"""The key table's Alembic history (``rag/server/key_revisions``), upgraded on start."""
 
 
 class Role(enum.StrEnum):
@@ -73,11 +81,13 @@ class KeyStore:
 
     def __init__(self, url: str | Path, keys_file: Path | None = None):
         self._db = Database(url)
-        with self._db.transaction() as cur:
-            cur.execute(
-                "CREATE TABLE IF NOT EXISTS keys (name TEXT PRIMARY KEY, role TEXT NOT NULL, "
-                "key_sha256 TEXT NOT NULL UNIQUE, created_at DOUBLE PRECISION NOT NULL)"
-            )
+        try:
+            upgrade(self._db, KEYS_HISTORY)
+        except UnknownRevisionError as exc:
+            raise ConfigurationError(
+                f"the key database is at revision {exc.found}, newer than this ragguard's "
+                f"{exc.head}: upgrade ragguard (or point RAGGUARD_KEYS_DB elsewhere)"
+            ) from exc
         self._file_keys = _read_keys_file(keys_file) if keys_file else []
         self._required = bool(self._all())
         """Latched: once a key has existed, revoking the last one does not switch auth off

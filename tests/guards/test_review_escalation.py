@@ -18,6 +18,8 @@ from guards.review import (
     Status,
     queue_stats,
 )
+from guards.review.backend import Database
+from guards.review.migrations import migrate
 
 
 def _escalated(store: ReviewStore, question: str, to: str | None = None) -> str:
@@ -84,26 +86,23 @@ def escalation_scenario(store: ReviewStore, clock: Clock) -> None:
     assert store.get(mine.id).status is Status.CLAIMED
 
 
-def migration_scenario(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def migration_scenario(url: str) -> None:
     """Items escalated under schema 4 go to someone else after the upgrade."""
-    import guards.review.migrations as migrations
-
-    with monkeypatch.context() as patched:
-        patched.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:4])
-        old = ReviewStore(url)
-        with old.db.transaction() as cur:
-            for item_id, status, resolution in [
-                ("esc", "escalated", "escalate"),  # escalated, waiting
-                ("back", "pending", "escalate"),  # escalated, claimed and released
-                ("done", "approved", "approve"),
-            ]:
-                cur.execute(
-                    "INSERT INTO review_items (id, created_at, status, question, answer, "
-                    "payload, resolution, resolved_by, deadline) "
-                    "VALUES (?, 1.0, ?, 'q', 'a.', '{}', ?, 'ann', 9e9)",
-                    (item_id, status, resolution),
-                )
-        old.close()
+    old = Database(url)
+    assert migrate(old, to=4) == 4
+    with old.transaction() as cur:
+        for item_id, status, resolution in [
+            ("esc", "escalated", "escalate"),  # escalated, waiting
+            ("back", "pending", "escalate"),  # escalated, claimed and released
+            ("done", "approved", "approve"),
+        ]:
+            cur.execute(
+                "INSERT INTO review_items (id, created_at, status, question, answer, "
+                "payload, resolution, resolved_by, deadline) "
+                "VALUES (?, 1.0, ?, 'q', 'a.', '{}', ?, 'ann', 9e9)",
+                (item_id, status, resolution),
+            )
+    old.close()
     store = ReviewStore(url)
     assert store.schema_version == 5
     for item_id in ("esc", "back"):
@@ -123,7 +122,5 @@ def test_an_escalation_goes_to_someone_else(store: ReviewStore, clock: Clock) ->
     escalation_scenario(store, clock)
 
 
-def test_escalations_from_before_schema_5_are_kept(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    migration_scenario(str(tmp_path / "v4.sqlite"), monkeypatch)
+def test_escalations_from_before_schema_5_are_kept(tmp_path: Path) -> None:
+    migration_scenario(str(tmp_path / "v4.sqlite"))

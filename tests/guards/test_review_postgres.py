@@ -115,7 +115,5 @@ def test_an_escalation_goes_to_someone_else_on_postgresql(pg_url: str) -> None:
     store.close()
 
 
-def test_escalations_from_before_schema_5_are_kept_on_postgresql(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    migration_scenario(new_database(pg_url), monkeypatch)
+def test_escalations_from_before_schema_5_are_kept_on_postgresql(pg_url: str) -> None:
+    migration_scenario(new_database(pg_url))

@@ -29,9 +29,9 @@ from guards.review import (
     normalise_question,
     queue_stats,
 )
-from guards.review.backend import Cursor
+from guards.review.backend import Cursor, Database
 from guards.review.errors import SchemaTooNewError
-from guards.review.migrations import SCHEMA_VERSION
+from guards.review.migrations import SCHEMA_VERSION, migrate
 
 
 def flagged(question: str = "How tall is the Eiffel Tower?", **kw: object) -> NewItem:
@@ -374,11 +374,14 @@ def test_a_schema_1_database_is_migrated_with_its_rows(tmp_path: Path) -> None:
 
 def test_postgresql_paramstyle_translation() -> None:
     class Raw:
+        class dialect:
+            name = "postgresql"
+
         def exec_driver_sql(self, sql: str, params: tuple[object, ...]) -> None:
             self.sql, self.params = sql, params
 
     raw = Raw()
-    Cursor(raw, translate=True).execute(  # type: ignore[arg-type]
+    Cursor(raw).execute(  # type: ignore[arg-type]
         "SELECT a FROM t WHERE b = ? AND c LIKE '5%' AND d = ?", (1, 2)
     )
     assert raw.sql == "SELECT a FROM t WHERE b = %s AND c LIKE '5%%' AND d = %s"
@@ -493,20 +496,15 @@ def test_gold_from_an_approved_item_counts_its_answer_right_and_clashes_are_refu
     store.close()
 
 
-def test_a_schema_2_database_keeps_its_gold_items(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import guards.review.migrations as migrations
-
+def test_a_schema_2_database_keeps_its_gold_items(tmp_path: Path) -> None:
     path = tmp_path / "v2.sqlite"
-    with monkeypatch.context() as patched:
-        patched.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:2])
-        old = ReviewStore(path)
-        with old.db.transaction() as cur:
-            cur.execute(
-                "INSERT INTO gold_items VALUES ('g1', 'Capital of Italy?', 'Rome.', 1, '[]', 1.0)"
-            )
-        old.close()
+    old = Database(path)
+    assert migrate(old, to=2) == 2
+    with old.transaction() as cur:
+        cur.execute(
+            "INSERT INTO gold_items VALUES ('g1', 'Capital of Italy?', 'Rome.', 1, '[]', 1.0)"
+        )
+    old.close()
     store = ReviewStore(path, gold_rate=0.5)
     assert store.schema_version == SCHEMA_VERSION
     store.add(flagged("A question"))

@@ -1,0 +1,2 @@
+"""The review store's Alembic history (``env.py`` and ``versions/``); see
+``guards.review.migrations``."""

@@ -1,0 +1,1 @@
+"""The key store's revisions, oldest first."""
