@@ -9,7 +9,6 @@ private event loop. The server awaits the same coroutines on its own loop.
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import time
 import uuid
@@ -26,11 +25,10 @@ from rag import citations, demo, logs
 from rag.background import BackgroundLoop
 from rag.collection import CollectionRegistry
 from rag.embed import Embedder
+from rag.engine_failures import as_ragguard_error
 from rag.errors import (
     DeadlineExceededError,
-    EngineUnavailableError,
     InvalidInputError,
-    OverloadedError,
 )
 from rag.guarding import AnswerChecker, Checked, candidate, finish_reason
 from rag.prompt import NO_ANSWER
@@ -182,12 +180,10 @@ class Pipeline:
             raise DeadlineExceededError(
                 f"no answer within the {timeout:g} s deadline; the generation was stopped"
             ) from exc
-        except EngineDown as exc:
-            raise EngineUnavailableError(str(exc)) from exc
-        except RemoteBusyError as exc:
-            raise OverloadedError(
-                f"{exc}; retry later", retry_after_s=max(1, math.ceil(exc.retry_after_s))
-            ) from exc
+        except (EngineDown, RemoteBusyError) as exc:
+            ours = as_ragguard_error(exc)
+            assert ours is not None
+            raise ours from exc
         finally:
             await stages.aclose()
 

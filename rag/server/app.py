@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.errors import EngineError
 from guards.review import ReviewError
+from rag.engine_failures import as_ragguard_error
 from rag.errors import AuthenticationError, OverloadedError, RagGuardError
 from rag.pipeline import Pipeline
 from rag.reviews import open_review_store
@@ -73,6 +74,8 @@ def _add_exception_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(EngineError)
     async def engine_error(request: Request, exc: EngineError) -> JSONResponse:
+        if (ours := as_ragguard_error(exc)) is not None:  # a remote generator's 429
+            return await ragguard_error(request, ours)
         status = 422 if isinstance(exc, ValueError) else 500
         return _error(status, "invalid_input" if status == 422 else "engine_error", str(exc))
 

@@ -207,3 +207,33 @@ def test_settings_need_a_url_for_the_openai_generator() -> None:
     remote = settings.engine_config().remote
     assert remote is not None and remote.api_key == "sk-1" and remote.base_url == "http://h:8000/v1"
     assert "sk-1" not in repr(settings)
+
+
+def test_a_busy_remote_is_a_429_with_retry_after_on_every_route(
+    remote: tuple[Script, str], settings: Any, fake_demo_index_template: Any
+) -> None:
+    """The remote generator's 429s, once its retries are spent, reach the caller as our 429 with
+    ``Retry-After``: through the pipeline (``/v1/ask``) and through the raw OpenAI route, which
+    talks to the engine client directly (it answered 500 before)."""
+    import shutil
+
+    from fastapi.testclient import TestClient
+
+    from rag.pipeline import Pipeline
+    from rag.server import create_app
+    from tests.fakes import HashingEmbedder
+
+    script, url = remote
+    shutil.copytree(fake_demo_index_template, settings.index_dir / "demo")
+    engine = client(url, max_retries=0)
+    pipeline = Pipeline(settings, HashingEmbedder(), engine)  # type: ignore[arg-type]
+    with TestClient(create_app(pipeline=pipeline)) as http:
+        for path, body in (
+            ("/v1/ask", {"question": "What is a KV cache?"}),
+            ("/v1/completions", {"model": "scripted", "prompt": "Paris is", "max_tokens": 4}),
+        ):
+            script.failures = [(429, {"retry-after": "2.5"})]
+            response = http.post(path, json=body)
+            assert response.status_code == 429, (path, response.text)
+            assert response.headers["retry-after"] == "3", path  # whole seconds, rounded up
+    pipeline.close()

@@ -16,8 +16,8 @@ from fastapi.routing import APIRoute
 from sse_starlette import ServerSentEvent
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from engine.client import EngineUnavailableError as EngineDown
 from engine.errors import EngineError
+from rag.engine_failures import as_ragguard_error
 from rag.errors import (
     AuthenticationError,
     OverloadedError,
@@ -97,6 +97,7 @@ def _failure(request: Request, exc: Exception) -> _Failure:
     """What to answer for ``exc``, in OpenAI's terms."""
     if isinstance(exc, StarletteHTTPException) and isinstance(exc.__cause__, RagGuardError):
         exc = exc.__cause__  # ours, met while FastAPI read the body (a body that is not UTF-8)
+    exc = as_ragguard_error(exc) or exc  # the engine down, a remote generator's 429
     if isinstance(exc, OpenAIAPIError):
         detail = OpenAIErrorDetail(
             message=str(exc), type=exc.error_type, param=exc.param, code=exc.code
@@ -141,9 +142,6 @@ def _failure(request: Request, exc: Exception) -> _Failure:
             code="invalid_value",
         )
         return _Failure(400, detail)
-    if isinstance(exc, EngineDown):
-        detail = OpenAIErrorDetail(message=str(exc), type="server_error", code="engine_unavailable")
-        return _Failure(503, detail)
     if isinstance(exc, StarletteHTTPException):
         detail = OpenAIErrorDetail(
             message=str(exc.detail), type=_type_for(exc.status_code), code="http_error"
