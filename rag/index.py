@@ -43,6 +43,7 @@ from rag.index_records import (
     ScoredChunk,
 )
 from rag.lexical import LexicalStore
+from rag.title_links import TitleLinks
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,8 @@ FORMAT_VERSION = 1
 INDEX_TYPES = ("flat", "hnsw")
 FUSION_DEPTH = 50
 """Hybrid search fuses this many hits (at least ``top_k``) of each of dense and BM25 search."""
+LINK_SOURCES = 3
+"""Hybrid search follows the title links of this many of its best passages (``rag.title_links``)."""
 _DB_FILE = "chunks.sqlite"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -104,6 +107,7 @@ class VectorIndex:
         self._vectors = FaissStore(path, self.dimension, meta["index_type"], self._stored_vectors)
         self._vectors.load(self.generation, self._num_stored_vectors())
         self._lexical = LexicalStore(path, self._stored_texts, self._num_stored_vectors)
+        self._links = TitleLinks(self._stored_titles)
 
     # ----------------------------------------------------------------- opening
     @classmethod
@@ -281,8 +285,9 @@ class VectorIndex:
         """The ``top_k`` best chunks for a normalised query vector, best first.
 
         ``mode`` ranks them by the vector (``dense``), by BM25 over ``text``, the query's words
-        (``bm25``), or by both fused by reciprocal rank (``hybrid``). Each hit's ``score`` is its
-        cosine similarity to the query vector in every mode, so one relevance threshold holds."""
+        (``bm25``), or by both fused by reciprocal rank with the documents their best passages
+        name by title (``hybrid``). Each hit's ``score`` is its cosine similarity to the query
+        vector in every mode, so one relevance threshold holds."""
         if query.shape != (self.dimension,):
             raise InvalidInputError(f"query vector must have shape ({self.dimension},)")
         if mode not in RETRIEVAL_MODES:
@@ -297,9 +302,17 @@ class VectorIndex:
             assert text is not None
             ranked = [i for i, _ in self._lexical.search(text, depth, self.generation)]
             if mode == "hybrid":
-                dense = [i for i, _ in self._vectors.search(query, depth)]
-                ranked = reciprocal_rank_fusion([dense, ranked])
+                ranked = self._hybrid(query, ranked, depth)
             return self._chunks([(i, None) for i in ranked[:top_k]], query)
+
+    def _hybrid(self, query: np.ndarray, lexical: list[int], depth: int) -> list[int]:
+        """Dense and BM25 rankings fused by reciprocal rank, then fused again with the documents
+        the best ``LINK_SOURCES`` passages name by title (their first chunks, in reading order)."""
+        dense = [i for i, _ in self._vectors.search(query, depth)]
+        fused = reciprocal_rank_fusion([dense, lexical])
+        sources = self._titled_texts(fused[:LINK_SOURCES])
+        linked = self._links.follow(sources, self.generation)
+        return reciprocal_rank_fusion([dense, lexical, linked]) if linked else fused
 
     def _chunks(
         self, hits: Sequence[tuple[int, float | None]], query: np.ndarray | None = None
@@ -444,6 +457,26 @@ class VectorIndex:
         while rows := cursor.fetchmany(20_000):
             ids = np.fromiter((r[0] for r in rows), np.int64, len(rows))
             yield ids, [f"{r[2]}\n{r[1]}" if isinstance(r[2], str) else r[1] for r in rows]
+
+    def _stored_titles(self) -> Iterator[tuple[str, int]]:
+        """Each titled document's title and the row id of its first chunk."""
+        rows = self._conn.execute(
+            "SELECT json_extract(d.metadata, '$.title'), c.id FROM documents d "
+            "JOIN chunks c USING (doc_id) WHERE c.ordinal = 0"
+        )
+        return ((title, row) for title, row in rows if isinstance(title, str))
+
+    def _titled_texts(self, ids: Sequence[int]) -> list[tuple[str | None, str]]:
+        """(document title, text) of the chunks ``ids``, in that order."""
+        if not ids:
+            return []
+        rows = self._conn.execute(
+            "SELECT c.id, json_extract(d.metadata, '$.title'), c.text FROM chunks c "
+            f"JOIN documents d USING (doc_id) WHERE c.id IN ({','.join('?' * len(ids))})",
+            list(ids),
+        ).fetchall()
+        by_id = {r[0]: (r[1] if isinstance(r[1], str) else None, r[2]) for r in rows}
+        return [by_id[i] for i in ids if i in by_id]
 
     def _write_manifest(self) -> None:
         """A readable copy of the metadata; derived, so failing to write it is only logged."""
