@@ -12,6 +12,13 @@ from urllib.parse import quote
 
 import httpx
 
+from guards.review.errors import (
+    AlreadyResolvedError,
+    ClaimConflictError,
+    ClaimExpiredError,
+    NotClaimedError,
+    ReviewConflictError,
+)
 from rag.errors import (
     AuthenticationError,
     ConflictError,
@@ -48,13 +55,13 @@ _BY_STATUS: dict[int, type[RagGuardError]] = {
 _BY_KIND: dict[str, type[RagGuardError]] = {
     cls.error_type: cls for cls in (IndexNotFoundError, DocumentNotFoundError, DocumentParseError)
 } | {
-    kind: ConflictError
-    for kind in (
-        "not_claimed",
-        "claimed_by_another",
-        "claim_expired",
-        "already_resolved",
-        "review_conflict",
+    cls.error_type: ConflictError
+    for cls in (
+        ReviewConflictError,
+        ClaimConflictError,
+        NotClaimedError,
+        ClaimExpiredError,
+        AlreadyResolvedError,
     )
 }
 

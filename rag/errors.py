@@ -1,4 +1,5 @@
-"""ragguard's error types. Each carries the HTTP status the server maps it to."""
+"""ragguard's error types. Each names what went wrong (its class and ``error_type``); the HTTP
+status that answers it is in one table, ``rag.http_errors``."""
 
 from __future__ import annotations
 
@@ -6,21 +7,20 @@ from __future__ import annotations
 class RagGuardError(Exception):
     """Base class: a failure with a message that says what was wrong and what is allowed."""
 
-    status_code = 500
     error_type = "internal_error"
+    status_code: int | None = None
+    """On an error the SDK raises from a server's response: the status it answered with."""
 
 
 class InvalidInputError(RagGuardError, ValueError):
     """The request is well-formed but its values are not acceptable."""
 
-    status_code = 422
     error_type = "invalid_input"
 
 
 class NotFoundError(RagGuardError, LookupError):
     """A named thing (index, document) does not exist."""
 
-    status_code = 404
     error_type = "not_found"
 
 
@@ -39,35 +39,36 @@ class DocumentNotFoundError(NotFoundError):
 class UnsupportedFileTypeError(RagGuardError):
     """A file's type cannot be ingested."""
 
-    status_code = 415
     error_type = "unsupported_file_type"
 
 
 class PayloadTooLargeError(RagGuardError):
     """An upload or a question is larger than the configured limit."""
 
-    status_code = 413
     error_type = "payload_too_large"
 
 
 class LengthRequiredError(RagGuardError):
     """An upload came without a Content-Length header, so its size cannot be checked first."""
 
-    status_code = 411
     error_type = "length_required"
+
+
+class BodyEncodingError(RagGuardError):
+    """A JSON request body that is not UTF-8."""
+
+    error_type = "invalid_encoding"
 
 
 class DocumentParseError(RagGuardError):
     """A file has a supported type but its content cannot be read."""
 
-    status_code = 422
     error_type = "unreadable_document"
 
 
 class IndexMismatchError(RagGuardError):
     """An index was built with another embedding model (or is of an unknown format version)."""
 
-    status_code = 409
     error_type = "index_mismatch"
 
 
@@ -80,21 +81,18 @@ class MissingDependencyError(RagGuardError, ImportError):
 class NotReadyError(RagGuardError):
     """The service is still loading its model or index."""
 
-    status_code = 503
     error_type = "not_ready"
 
 
 class AuthenticationError(RagGuardError):
     """No API key, or one the server does not know."""
 
-    status_code = 401
     error_type = "unauthenticated"
 
 
 class PermissionDeniedError(RagGuardError):
     """The API key is valid but its role does not allow this route."""
 
-    status_code = 403
     error_type = "forbidden"
 
 
@@ -109,21 +107,18 @@ class ConflictError(RagGuardError):
     """The thing is not in a state that allows the request (a review claimed by someone else,
     already resolved, or whose claim expired)."""
 
-    status_code = 409
     error_type = "conflict"
 
 
 class DeadlineExceededError(RagGuardError, TimeoutError):
     """The question was not answered within its deadline; its generation was stopped."""
 
-    status_code = 504
     error_type = "deadline_exceeded"
 
 
 class OverloadedError(RagGuardError):
     """Too many questions are waiting already; retry after ``retry_after_s`` seconds."""
 
-    status_code = 429
     error_type = "overloaded"
 
     def __init__(self, message: str, retry_after_s: int = 1):
@@ -134,5 +129,4 @@ class OverloadedError(RagGuardError):
 class EngineUnavailableError(RagGuardError):
     """The generator can no longer serve requests (its loop failed or it is shutting down)."""
 
-    status_code = 503
     error_type = "engine_unavailable"

@@ -1,5 +1,6 @@
-"""Review errors. Each carries the HTTP status a server maps it to (``guards`` never imports
-``rag``, so these stand alone; ``rag.server`` maps them with its one exception handler)."""
+"""Review errors: each names what went wrong (its class and ``error_type``). They carry no HTTP
+status: ``guards`` knows nothing of HTTP, and the server maps them in its one table
+(``rag.http_errors``)."""
 
 from __future__ import annotations
 
@@ -7,28 +8,24 @@ from __future__ import annotations
 class ReviewError(Exception):
     """Base class: a review action that cannot be done, with a message that says why."""
 
-    status_code = 500
     error_type = "review_error"
 
 
 class ItemNotFoundError(ReviewError, LookupError):
     """No review item has that id."""
 
-    status_code = 404
     error_type = "review_not_found"
 
 
 class InvalidReviewError(ReviewError, ValueError):
     """A value of the review is out of range or missing (a rating, an edit without text)."""
 
-    status_code = 422
     error_type = "invalid_review"
 
 
 class ReviewConflictError(ReviewError):
     """The item is not in a state that allows the action."""
 
-    status_code = 409
     error_type = "review_conflict"
 
 
@@ -60,7 +57,6 @@ class EscalatedElsewhereError(ReviewError):
     """The item was escalated away from the actor: the reviewer who escalated it may not claim
     it back, and only the named reviewer (or an admin) may claim it."""
 
-    status_code = 403
     error_type = "escalated_elsewhere"
 
 

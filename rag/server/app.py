@@ -18,6 +18,7 @@ from engine.errors import EngineError
 from guards.review import ReviewError
 from rag.engine_failures import as_ragguard_error
 from rag.errors import AuthenticationError, OverloadedError, RagGuardError
+from rag.http_errors import error_type_of, status_of
 from rag.pipeline import Pipeline
 from rag.reviews import open_review_store
 from rag.server import page
@@ -54,9 +55,15 @@ def _error(status: int, error: str, detail: object) -> JSONResponse:
 
 
 def _add_exception_handlers(app: FastAPI) -> None:
-    @app.exception_handler(RagGuardError)
-    async def ragguard_error(request: Request, exc: RagGuardError) -> JSONResponse:
-        response = _error(exc.status_code, exc.error_type, str(exc))
+    async def known_error(request: Request, exc: Exception) -> Response:
+        """ragguard's, the review queue's and the engine's errors, by ``rag.http_errors``."""
+        if isinstance(exc, ClientDisconnected):
+            return Response(status_code=499)  # nobody reads it; logged as "client closed request"
+        exc = as_ragguard_error(exc) or exc  # the engine down, a remote generator's 429
+        status = status_of(exc)
+        if status == 500:
+            logger.error("error on %s %s: %s", request.method, request.url.path, exc)
+        response = _error(status, error_type_of(exc), str(exc))
         if isinstance(exc, AuthenticationError):
             response.headers["www-authenticate"] = "Bearer"
         if isinstance(exc, OverloadedError):
@@ -64,26 +71,14 @@ def _add_exception_handlers(app: FastAPI) -> None:
             request.app.state.ragguard.telemetry.rejected.inc()
         return response
 
-    @app.exception_handler(ClientDisconnected)
-    async def client_gone(request: Request, exc: ClientDisconnected) -> Response:
-        return Response(status_code=499)  # nobody reads it; logged as "client closed request"
-
-    @app.exception_handler(ReviewError)
-    async def review_error(request: Request, exc: ReviewError) -> JSONResponse:
-        return _error(exc.status_code, exc.error_type, str(exc))
-
-    @app.exception_handler(EngineError)
-    async def engine_error(request: Request, exc: EngineError) -> JSONResponse:
-        if (ours := as_ragguard_error(exc)) is not None:  # a remote generator's 429
-            return await ragguard_error(request, ours)
-        status = 422 if isinstance(exc, ValueError) else 500
-        return _error(status, "invalid_input" if status == 422 else "engine_error", str(exc))
+    for known in (RagGuardError, ReviewError, EngineError, ClientDisconnected):
+        app.add_exception_handler(known, known_error)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         # Routing and framework errors (404 unknown route, 405, malformed multipart, ...).
         if isinstance(exc.__cause__, RagGuardError):  # ours, met while FastAPI read the body
-            return await ragguard_error(request, exc.__cause__)
+            return await known_error(request, exc.__cause__)
         response = _error(exc.status_code, "http_error", exc.detail)
         response.headers.update(exc.headers or {})
         return response

@@ -12,14 +12,7 @@ import codecs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rag.errors import RagGuardError
-
-
-class BodyEncodingError(RagGuardError):
-    """A JSON request body that is not UTF-8."""
-
-    status_code = 400
-    error_type = "invalid_encoding"
+from rag.errors import BodyEncodingError
 
 
 def _is_json(scope: Scope) -> bool:

@@ -30,6 +30,7 @@ def ragguard(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.Comp
     )
 
 
+@pytest.mark.slow  # CLI subprocesses, 30-50 s each: the default tier stays under 10 minutes
 def test_review_commands_on_the_data_directory(tmp_path: Path) -> None:
     store = ReviewStore(tmp_path / "data" / "reviews.sqlite")
     ids = [
@@ -84,6 +85,7 @@ def test_review_commands_on_the_data_directory(tmp_path: Path) -> None:
     assert "no/such/dir/x.jsonl" in nowhere.stderr
 
 
+@pytest.mark.slow  # CLI subprocesses, 30-50 s each: the default tier stays under 10 minutes
 def test_keys_commands(tmp_path: Path) -> None:
     created = ragguard("keys", "create", "ann", "--role", "reviewer", cwd=tmp_path)
     assert created.returncode == 0 and created.stdout.startswith("rg_")

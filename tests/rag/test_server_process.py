@@ -135,6 +135,7 @@ def _probe_until_exit(served: Served, probes: list[tuple[str, float]]) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.slow  # CLI subprocesses, 30-50 s each: the default tier stays under 10 minutes
 def test_request_logs_are_json_records_without_keys_or_question_text(
     serve: Any, tmp_path: Path
 ) -> None:

@@ -23,6 +23,7 @@ from rag.errors import (
     OverloadedError,
     RagGuardError,
 )
+from rag.http_errors import status_of
 from rag.server.disconnect import ClientDisconnected
 from rag.server.openai.schemas import (
     OpenAIErrorDetail,
@@ -121,7 +122,7 @@ def _failure(request: Request, exc: Exception) -> _Failure:
         )
         return _Failure(400, detail)
     if isinstance(exc, RagGuardError):
-        status = 400 if exc.status_code == 422 else exc.status_code
+        status = 400 if status_of(exc) == 422 else status_of(exc)
         detail = OpenAIErrorDetail(
             message=str(exc), type=_type_for(status), param=None, code=exc.error_type
         )
