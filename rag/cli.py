@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rag.console import note, out
 from rag.index_records import RETRIEVAL_MODES
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     collection = registry.get(settings.index_name, create=True)
     report = collection.ingest(documents, show_progress=not args.quiet)
     info = collection.info()
-    print(
+    out(
         f"index {info.name}: {len(report.added)} added, {len(report.updated)} updated, "
         f"{len(report.skipped)} unchanged; {report.num_chunks} chunks embedded in "
         f"{report.elapsed_s:.1f}s; now {info.num_documents} documents, {info.num_chunks} chunks"
@@ -65,30 +66,30 @@ def _print_result(result: Any, as_json: bool, *, answer_shown: bool = False) -> 
     from rag.display import safe_text  # model and document text: shown, never obeyed
 
     if as_json:
-        print(json.dumps(result.to_dict(), indent=2))
+        out(json.dumps(result.to_dict(), indent=2))
         return
     answer = safe_text(result.answer)
     if not answer_shown:
-        print(answer)
+        out(answer)
     elif result.abstained:
-        print(f"\n(withheld: the text above is not the answer; the answer is: {answer})")
+        out(f"\n(withheld: the text above is not the answer; the answer is: {answer})")
     if result.abstained:
-        print(f"\n(abstained: {safe_text(result.abstain_reason or '')})")
+        out(f"\n(abstained: {safe_text(result.abstain_reason or '')})")
     elif result.confidence is not None or result.decision_reasons:
         confidence = "" if result.confidence is None else f" (confidence {result.confidence:.2f})"
-        print(f"\ndecision: {result.decision}{confidence}")
+        out(f"\ndecision: {result.decision}{confidence}")
         for reason in result.decision_reasons:
-            print(f"  - {safe_text(reason)}")
+            out(f"  - {safe_text(reason)}")
         if result.review_id:
-            print(f"  queued for review as {result.review_id}")
+            out(f"  queued for review as {result.review_id}")
     if result.citations:
-        print("\nSources:")
+        out("\nSources:")
         for c in result.citations:
             snippet = " ".join(c.text.split())[:100]
             line = f"  [{c.number}] {c.doc_id} (score {c.score:.2f}, {c.method}): {snippet}..."
-            print(safe_text(line))
+            out(safe_text(line))
     timings = ", ".join(f"{k.removesuffix('_s')} {v:.2f}s" for k, v in result.timings.items())
-    print(
+    out(
         f"\n{timings}; {result.usage.prompt_tokens} prompt + "
         f"{result.usage.completion_tokens} answer tokens"
     )
@@ -146,11 +147,11 @@ def _print_stream(events: Iterator[Any]) -> int:
     shown = False
     for event in events:
         if isinstance(event, TokenEvent):
-            print(safe_text(event.text), end="", flush=True)
+            out(safe_text(event.text), end="", flush=True)
             shown = True
         elif isinstance(event, ResultEvent):
             if shown:
-                print()
+                out()
             _print_result(event.result, False, answer_shown=shown)
     return 0
 
@@ -178,11 +179,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         protection = check_bind(settings.host, keys)  # refuses beyond loopback without keys
     finally:
         keys.close()
-    print(
+    note(
         f"ragguard: serving index {settings.index_name!r} "
         f"on http://{settings.host}:{settings.port} ({protection}; "
-        f"docs at /docs, reviewers at /review; the model loads in the background, see /readyz)",
-        file=sys.stderr,
+        f"docs at /docs, reviewers at /review; the model loads in the background, see /readyz)"
     )
     if args.ray:
         from rag.server.ray_serve import serve_with_ray
@@ -216,13 +216,13 @@ def cmd_index(args: argparse.Namespace) -> int:
         names = (
             sorted(p.name for p in root.iterdir() if VectorIndex.exists(p)) if root.is_dir() else []
         )
-        print("\n".join(names) if names else f"no indexes under {root}")
+        out("\n".join(names) if names else f"no indexes under {root}")
         return 0
     name = check_index_name(args.name or settings.index_name)
     path = settings.index_dir / name
     if args.action == "info":
         index = VectorIndex.open(path)
-        print(json.dumps(asdict(index.info()), indent=2))
+        out(json.dumps(asdict(index.info()), indent=2))
         index.close()
         return 0
     if not VectorIndex.exists(path):
@@ -230,10 +230,10 @@ def cmd_index(args: argparse.Namespace) -> int:
     if not args.yes:
         answer = input(f"Delete index {name!r} at {path}? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
-            print("kept")
+            out("kept")
             return 1
     delete_index(path)
-    print(f"deleted index {name}")
+    out(f"deleted index {name}")
     return 0
 
 
@@ -362,16 +362,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         # ValueError covers invalid sampling values; pydantic's ValidationError (a ValueError)
         # lists the settings that were out of range.
         message = _validation_summary(exc) if isinstance(exc, ValidationError) else str(exc)
-        print(f"ragguard: error: {safe_text(message)}", file=sys.stderr)
+        note(f"ragguard: error: {safe_text(message)}")
         return 2
     except httpx.HTTPError as exc:
-        print(f"ragguard: error: cannot reach the server: {exc}", file=sys.stderr)
+        note(f"ragguard: error: cannot reach the server: {exc}")
         return 2
     except OSError as exc:  # a file or folder named on the command line (or in a setting)
-        print(f"ragguard: error: {exc}", file=sys.stderr)
+        note(f"ragguard: error: {exc}")
         return 2
     except ImportError as exc:  # an optional dependency a setting needs (psycopg, ...)
-        print(f"ragguard: error: {exc}", file=sys.stderr)
+        note(f"ragguard: error: {exc}")
         return 2
     except KeyboardInterrupt:
         return 130

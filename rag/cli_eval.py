@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rag.console import note, out
+
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 BUILTIN_NAMES = ("musique", "hotpotqa", "pubmedqa", "metaqa", "halueval", "rgb", "rgb_noise")
 SUMMARY = (
@@ -49,7 +51,7 @@ def print_summary(results: dict[str, Any]) -> None:
         if any(_value(c["metrics"], path) is not None for c in configs)
     ]
     width = max([len("config"), *(len(c["name"]) for c in configs)])
-    print(f"{'config':<{width}}  " + "  ".join(f"{label:>8}" for label, _ in columns))
+    out(f"{'config':<{width}}  " + "  ".join(f"{label:>8}" for label, _ in columns))
     for c in configs:
         cells = []
         for label, path in columns:
@@ -58,7 +60,7 @@ def print_summary(results: dict[str, Any]) -> None:
                 "—" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
             )
             cells.append(f"{text:>{max(8, len(label))}}")
-        print(f"{c['name']:<{width}}  " + "  ".join(cells))
+        out(f"{c['name']:<{width}}  " + "  ".join(cells))
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -80,18 +82,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
         show_progress=not args.quiet,
         command="ragguard "
         + shlex.join(sys.argv[1:] if getattr(args, "argv", None) is None else args.argv),
-        say=lambda line: print(line, file=sys.stderr),
+        say=note,
     )
     dataset = results["dataset"]
     done = min((c["metrics"]["counts"]["done"] for c in results["configs"]), default=0)
     progress = f" ({done} done)" if results["interrupted"] else ""
-    print(
+    out(
         f"{dataset['name']}: {dataset['num_items']} of {dataset['num_items_total']} items{progress}"
     )
     print_summary(results)
-    print(f"\nwrote {args.out / 'results.json'} and {args.out / 'report.html'}")
+    out(f"\nwrote {args.out / 'results.json'} and {args.out / 'report.html'}")
     if results["interrupted"]:
-        print("interrupted: run the same command again to resume", file=sys.stderr)
+        note("interrupted: run the same command again to resume")
         return 130
     return 0
 

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rag.console import note, out
 from rag.display import safe_text
 
 _ACTIONS = {"approve": "approve", "edit": "edit", "reject": "reject", "escalate": "escalate"}
@@ -138,26 +139,26 @@ def _who(item: dict[str, Any]) -> str:
 def _print_item(item: dict[str, Any]) -> None:
     now = time.time()
     who = _who(item)
-    print(f"{item['id']}  [{item['status']}]" + (f" {who}" if who else ""))
-    print(f"question: {safe_text(item['question'])}")
-    print(f"answer:   {safe_text(item['answer'])}")
+    out(f"{item['id']}  [{item['status']}]" + (f" {who}" if who else ""))
+    out(f"question: {safe_text(item['question'])}")
+    out(f"answer:   {safe_text(item['answer'])}")
     if item.get("edited_answer"):
-        print(f"edited:   {safe_text(item['edited_answer'])}")
+        out(f"edited:   {safe_text(item['edited_answer'])}")
     confidence = item.get("confidence")
-    print(f"confidence: {'-' if confidence is None else f'{confidence:.2f}'}; "
+    out(f"confidence: {'-' if confidence is None else f'{confidence:.2f}'}; "
           f"queued {(now - item['created_at']) / 60:.0f} min ago"
           + ("; OVERDUE" if item.get("is_overdue") else ""))  # fmt: skip
     for reason in item.get("reasons", []):
-        print(f"  - {safe_text(reason)}")
+        out(f"  - {safe_text(reason)}")
     for g in item.get("guard_results", []):
-        print(safe_text(f"  guard {g.get('name')}: {g.get('outcome')} ({g.get('reason')})"))
+        out(safe_text(f"  guard {g.get('name')}: {g.get('outcome')} ({g.get('reason')})"))
     for n, p in enumerate(item.get("passages", []), 1):
-        print(safe_text(f"  [{n}] {p['doc_id']}: {' '.join(p['text'].split())[:160]}"))
+        out(safe_text(f"  [{n}] {p['doc_id']}: {' '.join(p['text'].split())[:160]}"))
         for sentence in p.get("cited_sentences", []):
-            print(f"      cited: {safe_text(sentence)}")
+            out(f"      cited: {safe_text(sentence)}")
     for a in item.get("audit") or []:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a["at"]))
-        print(safe_text(f"  audit {when} {a['actor']}: {a['action']}"))
+        out(safe_text(f"  audit {when} {a['actor']}: {a['action']}"))
 
 
 def cmd_review(args: argparse.Namespace) -> int:
@@ -166,17 +167,17 @@ def cmd_review(args: argparse.Namespace) -> int:
         page = queue.list(status=args.status or None, reason=args.reason, assignee=args.assignee,
                           overdue=True if args.overdue else None, limit=args.limit)  # fmt: skip
         if args.json:
-            print(json.dumps(page, indent=2))
+            out(json.dumps(page, indent=2))
             return 0
         for item in page["items"]:
             conf = "-" if item["confidence"] is None else f"{item['confidence']:.2f}"
             late = " OVERDUE" if item["is_overdue"] else ""
             who = _who(item)
-            print(
+            out(
                 f"{item['id']}  {item['status']:<9} conf {conf:<4}{late}  "
                 f"{safe_text(item['question'][:70])}" + (f"  ({who})" if who else "")
             )
-        print(f"({len(page['items'])} of {page['total']})", file=sys.stderr)
+        note(f"({len(page['items'])} of {page['total']})")
         return 0
     if args.action == "export":
         text = queue.export(args.format, args.status)
@@ -188,7 +189,7 @@ def cmd_review(args: argparse.Namespace) -> int:
     if args.action == "claim":
         item = queue.claim(None if args.id in (None, "next") else args.id)
         if item is None:
-            print("the queue is empty")
+            out("the queue is empty")
             return 1
     elif args.action == "show":
         item = queue.show(_need_id(args))
@@ -207,7 +208,7 @@ def cmd_review(args: argparse.Namespace) -> int:
             _need_id(args), _ACTIONS[args.action], edited, ratings, args.comment, args.escalate_to
         )
     if args.json:
-        print(json.dumps(item, indent=2))
+        out(json.dumps(item, indent=2))
     else:
         _print_item(item)
     return 0
@@ -230,15 +231,14 @@ def cmd_keys(args: argparse.Namespace) -> int:
     try:
         if args.action == "create":
             key = keys.create(args.name, Role(args.role))
-            print(key)
-            print(f"(key {args.name!r}, role {args.role}: shown once, only its hash is kept)",
-                  file=sys.stderr)  # fmt: skip
+            out(key)
+            note(f"(key {args.name!r}, role {args.role}: shown once, only its hash is kept)")
         elif args.action == "revoke":
             keys.revoke(args.name)
-            print(f"revoked {args.name}")
+            out(f"revoked {args.name}")
         else:
             for info in keys.list_keys():
-                print(f"{info.name}\t{info.role.value}")
+                out(f"{info.name}\t{info.role.value}")
     finally:
         keys.close()
     return 0
