@@ -60,7 +60,7 @@ def main() -> None:
     loaded = Pipeline.from_settings(base)
     if args.index == "demo" and args.index_dir is None:
         from rag.demo import demo_collection_path
-        from rag.documents import load_path
+        from rag.retrieval.documents import load_path
 
         loaded.collections.get("demo", create=True).ingest(load_path(demo_collection_path()))
     variants = {

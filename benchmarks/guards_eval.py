@@ -68,8 +68,6 @@ from guards.kg import MOVIE_FUNCTIONAL_RELATIONS, MOVIE_RELATION_PHRASES, Verdic
 from guards.repetition import LOOP_STOP_REASON
 from guards.text import content_words, overlap
 from rag.demo import DEMO_QUESTIONS
-from rag.documents import Document
-from rag.embed import Embedder
 from rag.eval.datasets import (
     MOVIE_LABELS,
     QADataset,
@@ -93,6 +91,8 @@ from rag.eval.metrics import (
 from rag.guarding import DEFAULT_CONFIDENCE_MODEL, AnswerChecker
 from rag.pipeline import Pipeline
 from rag.prompt import build_messages
+from rag.retrieval.documents import Document
+from rag.retrieval.embed import Embedder
 from rag.settings import Settings
 from rag.types import Passage, Result
 

@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from rag.collection import CollectionRegistry, CommitPolicy
-from rag.documents import Chunk, Chunker, Document
-from rag.embed import Embedder
+from rag.retrieval.collection import CollectionRegistry, CommitPolicy
+from rag.retrieval.documents import Chunk, Chunker, Document
+from rag.retrieval.embed import Embedder
 from rag.settings import Settings
 
 SEED = 0

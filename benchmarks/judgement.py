@@ -76,9 +76,9 @@ def chains(data_dir: Path, verifier_folds: Path | None) -> Any:
     """A guard chain per data set and verifier fold: MetaQA's answers against its movie graph,
     others the demo's; each answer verified by the fold model that never saw its question."""
     from guards.verifier import Verifier
-    from rag.embed import Embedder, default_embedding_path
     from rag.eval.prepare import prepare_metaqa
     from rag.eval.verifier_training import fold_of
+    from rag.retrieval.embed import Embedder, default_embedding_path
 
     settings = Settings()
     embedder = Embedder(settings.embedding_model)

@@ -81,7 +81,7 @@ def metaqa_stream(data_dir: Path, sessions: int) -> tuple[list[tuple[str, list[s
 
 def demo_stream() -> tuple[list[tuple[str, list[str]]], list[Any]]:
     from rag.demo import demo_collection_path
-    from rag.documents import load_path
+    from rag.retrieval.documents import load_path
 
     stream = [(q, []) for session in DEMO_QUESTIONS for q in session]
     return stream, list(load_path(demo_collection_path()))
@@ -91,11 +91,11 @@ def bench_stream(data_dir: Path, sessions: int, max_tokens: int) -> dict[str, An
     """i1: the three engines on one stream of related questions."""
     from engine import SamplingParams
     from engine.llm_engine import LLMEngine
-    from rag.collection import CollectionRegistry
-    from rag.embed import Embedder
     from rag.eval.metrics import answer_matches
     from rag.prompt import PassageLayout, build_messages
-    from rag.retriever import CollectionRetriever
+    from rag.retrieval.collection import CollectionRegistry
+    from rag.retrieval.embed import Embedder
+    from rag.retrieval.retriever import CollectionRetriever
     from rag.settings import Settings
 
     settings = Settings(_env_file=None)

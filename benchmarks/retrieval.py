@@ -34,13 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from rag.collection import Collection, CollectionRegistry
-from rag.documents import Chunk, Document
-from rag.embed import Embedder
 from rag.eval import datasets as eval_datasets
 from rag.eval.datasets import QADataset
-from rag.index import VectorIndex
-from rag.index_records import RETRIEVAL_MODES, RetrievalMode
+from rag.retrieval.collection import Collection, CollectionRegistry
+from rag.retrieval.documents import Chunk, Document
+from rag.retrieval.embed import Embedder
+from rag.retrieval.index import VectorIndex
+from rag.retrieval.records import RETRIEVAL_MODES, RetrievalMode
 
 SEED = 0
 DIMENSION = 384

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from guards.verifier import verifier_inputs  # noqa: E402
-from rag.eval.dataset import EvalItem  # noqa: E402
+from rag.eval.items import EvalItem  # noqa: E402
 from rag.eval.metrics import auroc  # noqa: E402
 from rag.eval.training import LabelledAnswer, load_run  # noqa: E402
 from rag.eval.verifier_training import (  # noqa: E402
@@ -73,9 +73,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def build_examples(answers: list[LabelledAnswer], data_dir: Path) -> list[VerifierExample]:
-    from rag.collection import CollectionRegistry
-    from rag.embed import Embedder
     from rag.eval.prepare import prepare
+    from rag.retrieval.collection import CollectionRegistry
+    from rag.retrieval.embed import Embedder
     from rag.settings import Settings
     from rag.stages import RetrieveStage
 
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     import torch
 
-    from rag.embed import default_embedding_path, model_fingerprint
+    from rag.retrieval.embed import default_embedding_path, model_fingerprint
 
     torch.manual_seed(0)
     answers: list[LabelledAnswer] = []

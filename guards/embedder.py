@@ -1,4 +1,5 @@
-"""The one thing guards need from an embedding model (``rag.embed.Embedder`` satisfies it)."""
+"""The one thing guards need from an embedding model (``rag.retrieval.embed.Embedder``
+satisfies it)."""
 
 from __future__ import annotations
 

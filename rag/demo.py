@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from rag.collection import CollectionRegistry, built_indexes
 from rag.errors import IndexNotFoundError
-from rag.index import VectorIndex
+from rag.retrieval.collection import CollectionRegistry, built_indexes
+from rag.retrieval.index import VectorIndex
 from rag.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ def ensure_demo_index(collections: CollectionRegistry) -> bool:
     collection = collections.get(DEMO_INDEX, create=True)
     if collection.info().num_documents:
         return False
-    from rag.documents import load_path
+    from rag.retrieval.documents import load_path
 
     logger.info("building the demo index from %s", demo_collection_path())
     collection.ingest(load_path(demo_collection_path()))

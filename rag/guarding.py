@@ -25,8 +25,8 @@ from guards import (
 from guards.registry import GuardDeps, UnknownGuardError, build_guards
 from guards.repetition import LOOP_STOP_REASON
 from guards.verifier import Verifier
-from rag.embed import Embedder, default_embedding_path, model_fingerprint
 from rag.errors import InvalidInputError
+from rag.retrieval.embed import Embedder, default_embedding_path, model_fingerprint
 from rag.settings import Settings
 from rag.types import AskOptions, GuardVerdict, Passage
 

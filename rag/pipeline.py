@@ -23,8 +23,6 @@ from guards import Action, Policy
 from guards.review import CachedAnswer
 from rag import citations, demo, logs
 from rag.background import BackgroundLoop
-from rag.collection import CollectionRegistry
-from rag.embed import Embedder
 from rag.engine_failures import as_ragguard_error
 from rag.errors import (
     DeadlineExceededError,
@@ -32,6 +30,8 @@ from rag.errors import (
 )
 from rag.guarding import AnswerChecker, Checked, candidate, finish_reason
 from rag.prompt import NO_ANSWER
+from rag.retrieval.collection import CollectionRegistry
+from rag.retrieval.embed import Embedder
 from rag.reviews import ReviewDesk, open_review_store
 from rag.settings import Settings
 from rag.stages import GenerateStage, Generation, Retrieval, RetrieveStage

@@ -8,8 +8,8 @@ import logging
 from dataclasses import asdict
 
 from guards.review import CachedAnswer, NewItem, ReviewStore
-from rag.collection import Collection
 from rag.errors import InvalidInputError
+from rag.retrieval.collection import Collection
 from rag.settings import Settings
 from rag.types import Result
 

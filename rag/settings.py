@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from rag.index_records import RetrievalMode
 from rag.prompt import SYSTEM_PROMPT, PassageOrder
+from rag.retrieval.records import RetrievalMode
 
 if TYPE_CHECKING:
     from engine import EngineConfig

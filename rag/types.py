@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from guards.policy import Action
-from rag.index_records import RetrievalMode
+from rag.retrieval.records import RetrievalMode
 
 
 @dataclass(frozen=True, slots=True)

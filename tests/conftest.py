@@ -19,7 +19,7 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 @pytest.fixture(scope="session")
 def embedder():  # type: ignore[no-untyped-def]
-    from rag.embed import Embedder
+    from rag.retrieval.embed import Embedder
 
     return Embedder()
 
@@ -63,9 +63,9 @@ def pipeline(settings, embedder, llm_engine) -> Iterator[object]:  # type: ignor
 
 def index_demo(root: Path, embedder: Any) -> Path:
     """The packaged demo collection indexed under ``root`` with ``embedder``; its folder."""
-    from rag.collection import CollectionRegistry
     from rag.demo import DEMO_INDEX, demo_collection_path
-    from rag.documents import load_path
+    from rag.retrieval.collection import CollectionRegistry
+    from rag.retrieval.documents import load_path
     from rag.settings import Settings
 
     defaults = Settings(_env_file=None)
@@ -186,7 +186,7 @@ def _real_models_only_when_marked(request, monkeypatch):  # type: ignore[no-unty
         return
     from engine.hf_generator import HFGenerator
     from engine.llm_engine import LLMEngine
-    from rag.embed import Embedder
+    from rag.retrieval.embed import Embedder
 
     def refuse(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         raise AssertionError(

@@ -27,7 +27,7 @@ def _word_ids(text: str, vocabulary: int = VOCABULARY) -> list[int]:
 
 
 class HashingEmbedder:
-    """``rag.embed.Embedder``'s interface over hashed bags of words: texts sharing words are
+    """``rag.retrieval.embed.Embedder``'s interface over hashed bags of words: texts sharing words are
     close (cosine of the word counts), real FAISS indexes and searches them."""
 
     model_id = "hashing-embedder-test"

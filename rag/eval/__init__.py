@@ -10,17 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rag.eval.config import EvalConfig, load_config
-    from rag.eval.dataset import EvalItem, read_items, write_items
     from rag.eval.evaluation import evaluate
+    from rag.eval.items import EvalItem, read_items, write_items
 
 __all__ = ["EvalConfig", "EvalItem", "evaluate", "load_config", "read_items", "write_items"]
 
 _LAZY = {
     "EvalConfig": "rag.eval.config",
     "load_config": "rag.eval.config",
-    "EvalItem": "rag.eval.dataset",
-    "read_items": "rag.eval.dataset",
-    "write_items": "rag.eval.dataset",
+    "EvalItem": "rag.eval.items",
+    "read_items": "rag.eval.items",
+    "write_items": "rag.eval.items",
     "evaluate": "rag.eval.evaluation",
 }
 

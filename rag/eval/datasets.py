@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from guards.answers import verdict
-from rag.documents import Document
+from rag.retrieval.documents import Document
 
 MULTIHOP = Path("hipporag_multihop_subsets")
 METAQA = Path("metaqa_wikimovies")

@@ -27,15 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from guards import Policy
-from rag.collection import check_index_name
 from rag.errors import IndexNotFoundError, InvalidInputError
 from rag.eval.config import DEFAULT_NAME, EvalConfig, embedder_key, engine_key
-from rag.eval.dataset import EvalItem, items_digest, write_items
+from rag.eval.items import EvalItem, items_digest, write_items
 from rag.eval.prepare import PreparedDataset, Source, load_source
 from rag.eval.report import FORMAT_VERSION, clean, render_markdown, write_report, write_results
 from rag.eval.runner import Runner, sessions
 from rag.eval.summary import summarise
-from rag.index import VectorIndex
+from rag.retrieval.collection import check_index_name
+from rag.retrieval.index import VectorIndex
 from rag.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -66,8 +66,8 @@ class _Models:
 
     def pipeline(self, settings: Settings) -> Any:
         from engine.client import build_engine_client
-        from rag.embed import Embedder
         from rag.pipeline import Pipeline
+        from rag.retrieval.embed import Embedder
 
         embedder, generator = self.given
         embedder_at, engine_at = (

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
-from rag.eval.dataset import EvalItem
 from rag.eval.datasets import verdict_of
+from rag.eval.items import EvalItem
 from rag.eval.metrics import answer_matches, auroc, finite_or_none, share_true
 
 Pair = tuple[EvalItem, dict[str, Any]]

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rag.documents import Document
 from rag.errors import InvalidInputError
 from rag.eval import datasets as ds
-from rag.eval.dataset import EvalItem, read_items
+from rag.eval.items import EvalItem, read_items
+from rag.retrieval.documents import Document
 
 if TYPE_CHECKING:
     from guards import KnowledgeGraph

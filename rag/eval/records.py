@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rag.errors import InvalidInputError
-from rag.eval.dataset import EvalItem
+from rag.eval.items import EvalItem
 from rag.types import GuardVerdict, Passage
 
 logger = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from engine.errors import EngineError
 from guards import Candidate, GuardResult, Outcome
 from rag.errors import InvalidInputError, RagGuardError
-from rag.eval.dataset import EvalItem
+from rag.eval.items import EvalItem
 from rag.eval.records import (
     RETRIEVAL_DEPTH,
     gold_ranks,

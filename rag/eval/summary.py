@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from guards.confidence import expected_calibration_error
-from rag.eval.dataset import EvalItem
 from rag.eval.datasets import verdict_of
+from rag.eval.items import EvalItem
 from rag.eval.judgement import judgement_metrics
 from rag.eval.metrics import (
     answer_matches,

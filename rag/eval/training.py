@@ -27,7 +27,7 @@ from guards import (
     expected_calibration_error,
     features,
 )
-from rag.eval.dataset import EvalItem, read_items
+from rag.eval.items import EvalItem, read_items
 from rag.eval.judgement import mean_logprob
 from rag.eval.metrics import auroc
 from rag.eval.records import read_records

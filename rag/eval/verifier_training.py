@@ -44,7 +44,7 @@ from guards.verifier import (
     verifier_inputs,
 )
 from rag.atomic import atomic_write_bytes
-from rag.eval.dataset import EvalItem
+from rag.eval.items import EvalItem
 from rag.eval.summary import is_correct
 from rag.eval.training import LabelledAnswer
 

@@ -49,9 +49,9 @@ from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 from guards import Action, Candidate
 from rag.background import BackgroundLoop
-from rag.embed import Embedder
 from rag.guarding import AnswerChecker
-from rag.retriever import Retriever
+from rag.retrieval.embed import Embedder
+from rag.retrieval.retriever import Retriever
 from rag.types import Passage
 
 __all__ = [

@@ -168,8 +168,8 @@ class RayEngineClient:
 
 def build_api_app(settings: dict[str, Any], handle: Any, info: dict[str, Any]) -> Any:
     """The ASGI app of one ``ragguard-api`` replica, over the engine deployment's ``handle``."""
-    from rag.embed import Embedder
     from rag.pipeline import Pipeline
+    from rag.retrieval.embed import Embedder
     from rag.server import create_app
 
     s = Settings(**settings, _env_file=None)
@@ -246,8 +246,8 @@ def serve_with_ray(settings: Settings) -> None:
     import ray
 
     from rag import demo
-    from rag.collection import CollectionRegistry
-    from rag.embed import Embedder
+    from rag.retrieval.collection import CollectionRegistry
+    from rag.retrieval.embed import Embedder
 
     serve = _import_serve()
     if demo.builds_demo(settings):  # once, here, rather than racing in every API replica

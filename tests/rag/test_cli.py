@@ -30,7 +30,7 @@ def ragguard(
 
 
 def test_help_does_not_import_heavy_libraries() -> None:
-    code = "import sys, rag.cli; rag.cli.build_parser(); print(sorted(m for m in ('torch', 'transformers', 'faiss', 'sentence_transformers', 'llama_index') if m in sys.modules))"
+    code = "import sys, rag.cli.commands; rag.cli.commands.build_parser(); print(sorted(m for m in ('torch', 'transformers', 'faiss', 'sentence_transformers', 'llama_index') if m in sys.modules))"
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from rag.collection import CollectionRegistry, CommitPolicy
-from rag.documents import Document
 from rag.errors import (
     DocumentNotFoundError,
     IndexMismatchError,
     IndexNotFoundError,
     InvalidInputError,
 )
-from rag.index import VectorIndex
+from rag.retrieval.collection import CollectionRegistry, CommitPolicy
+from rag.retrieval.documents import Document
+from rag.retrieval.index import VectorIndex
 
 FACTS = {
     "kv": "A KV cache stores attention keys and values so they are not recomputed.",

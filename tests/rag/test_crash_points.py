@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 from guards.review import Action, NewItem, ReviewStore
-from rag.documents import Document, parse_bytes
+from rag.retrieval.documents import Document, parse_bytes
 
 pytestmark = pytest.mark.slow
 
@@ -57,7 +57,7 @@ HOOK = """
 import os, signal, sys
 from sqlalchemy import event
 from guards.review import backend
-from rag import faiss_store, index
+from rag.retrieval import faiss_store, index
 from rag.cli import main
 
 point, at = os.environ["CRASH_POINT"], int(os.environ["CRASH_AT"])

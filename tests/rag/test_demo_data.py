@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rag.demo import demo_collection_path
-from rag.documents import load_path
+from rag.retrieval.documents import load_path
 
 DATA = demo_collection_path().parent
 

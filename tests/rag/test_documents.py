@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from rag.documents import Chunker, Document, load_path, parse_bytes
 from rag.errors import DocumentParseError, InvalidInputError, UnsupportedFileTypeError
+from rag.retrieval.documents import Chunker, Document, load_path, parse_bytes
 
 
 def make_pdf(text: str) -> bytes:

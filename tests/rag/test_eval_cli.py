@@ -62,8 +62,8 @@ ITEMS = [
 @pytest.fixture
 def workspace(tmp_path: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A tiny index ``tiny`` under ``indexes/``, the dataset ``set.jsonl`` and a short config."""
-    from rag.collection import CollectionRegistry
-    from rag.documents import Document
+    from rag.retrieval.collection import CollectionRegistry
+    from rag.retrieval.documents import Document
 
     monkeypatch.chdir(tmp_path)  # no stray .env; default folders land here
     for name in [k for k in os.environ if k.startswith("RAGGUARD_")]:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from rag.cli_eval import BUILTIN_NAMES
+from rag.cli.eval import BUILTIN_NAMES
 from rag.errors import InvalidInputError
 from rag.eval.config import EvalConfig, load_config, load_configs
-from rag.eval.dataset import DatasetFormatError, EvalItem, read_items, write_items
+from rag.eval.items import DatasetFormatError, EvalItem, read_items, write_items
 from rag.eval.prepare import BUILTIN, prepare
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"

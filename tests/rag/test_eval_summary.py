@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rag.errors import InvalidInputError
-from rag.eval.dataset import EvalItem
+from rag.eval.items import EvalItem
 from rag.eval.metrics import reliability_bins
 from rag.eval.records import gold_ranks, read_records
 from rag.eval.report import render_html, render_markdown, write_results

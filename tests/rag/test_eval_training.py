@@ -10,7 +10,7 @@ import numpy as np
 
 from guards import GuardChain
 from guards.registry import GuardDeps, build_guards
-from rag.eval.dataset import EvalItem, write_items
+from rag.eval.items import EvalItem, write_items
 from rag.eval.training import (
     LabelledAnswer,
     leave_one_set_out,

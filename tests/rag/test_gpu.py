@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rag.documents import Chunk, Document
-from rag.faiss_store import gpu_available
-from rag.index import VectorIndex
+from rag.retrieval.documents import Chunk, Document
+from rag.retrieval.faiss_store import gpu_available
+from rag.retrieval.index import VectorIndex
 
 pytestmark = pytest.mark.gpu
 

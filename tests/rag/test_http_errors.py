@@ -12,7 +12,7 @@ import pytest
 import guards.review.errors as review_errors
 import rag.errors as rag_errors
 from engine.errors import ModelNotFoundError, PromptTooLongError, RemoteRequestError
-from rag.client_requests import _raise_for_status
+from rag.client.http import _raise_for_status
 from rag.http_errors import STATUS, error_type_of, status_of
 
 SERVER_FAULTS = {

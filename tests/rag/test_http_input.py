@@ -12,8 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from engine.sampling_params import SamplingParams
-from rag.collection import check_index_name
 from rag.errors import InvalidInputError
+from rag.retrieval.collection import check_index_name
 from rag.server import create_app
 from rag.settings import MAX_QUESTION_CHARS, Settings
 

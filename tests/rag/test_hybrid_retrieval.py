@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rag.documents import Chunk, Document
 from rag.errors import InvalidInputError
-from rag.fusion import reciprocal_rank_fusion
-from rag.index import VectorIndex
+from rag.retrieval.documents import Chunk, Document
+from rag.retrieval.fusion import reciprocal_rank_fusion
+from rag.retrieval.index import VectorIndex
 
 DIM = 8
 TEXTS = {
@@ -89,7 +89,7 @@ def test_saved_bm25_is_loaded_on_reopen_and_rebuilt_when_damaged(
     path = index.path
     first = index.search(unit(1), 2, text="dense vectors", mode="bm25")
     index.close()
-    caplog.set_level(logging.INFO, logger="rag.lexical")
+    caplog.set_level(logging.INFO, logger="rag.retrieval.lexical")
     reopened = VectorIndex.open(path)
     assert reopened.search(unit(1), 2, text="dense vectors", mode="bm25") == first
     assert "building BM25" not in caplog.text  # read from bm25-<generation>/

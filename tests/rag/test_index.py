@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rag.documents import Chunk, Document
 from rag.errors import IndexMismatchError, IndexNotFoundError, InvalidInputError
-from rag.index import VectorIndex, delete_index
+from rag.retrieval.documents import Chunk, Document
+from rag.retrieval.index import VectorIndex, delete_index
 
 DIM = 8
 
@@ -136,8 +136,8 @@ _CRASHER = textwrap.dedent(
     import os, sys
     import numpy as np
     from pathlib import Path
-    from rag.index import VectorIndex
-    from rag.documents import Chunk, Document
+    from rag.retrieval.index import VectorIndex
+    from rag.retrieval.documents import Chunk, Document
 
     path, where = Path(sys.argv[1]), sys.argv[2]
     index = VectorIndex.open(path)
@@ -148,7 +148,7 @@ _CRASHER = textwrap.dedent(
             os._exit(9)  # killed after some rows, before COMMIT
         VectorIndex._insert_rows = insert_then_die
     else:
-        from rag.faiss_store import FaissStore
+        from rag.retrieval.faiss_store import FaissStore
         def die(self, generation):
             os._exit(9)  # killed after COMMIT, before the FAISS file is written
         FaissStore.persist = die
@@ -189,8 +189,8 @@ def test_two_processes_writing_one_index_stay_consistent(tmp_path: Path) -> None
         import sys
         import numpy as np
         from pathlib import Path
-        from rag.index import VectorIndex
-        from rag.documents import Chunk, Document
+        from rag.retrieval.index import VectorIndex
+        from rag.retrieval.documents import Chunk, Document
         index = VectorIndex.open(Path(sys.argv[1]))
         rng = np.random.default_rng(7)
         v = rng.standard_normal((1, 8)).astype(np.float32)
@@ -224,7 +224,7 @@ _CREATE_CRASHER = textwrap.dedent(
     """
     import os, sys
     from pathlib import Path
-    from rag.index import VectorIndex
+    from rag.retrieval.index import VectorIndex
 
     connect = VectorIndex._connect
     def connect_then_die_at_the_second_meta_row(path):

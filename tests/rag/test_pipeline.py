@@ -112,7 +112,7 @@ def test_asking_while_ingesting_from_other_threads(demo_pipeline) -> None:  # ty
     """The server runs these concurrently: the shared embedder and index must cope."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from rag.documents import Document
+    from rag.retrieval.documents import Document
 
     collection = demo_pipeline.collections.get("demo")
     long_text = " ".join(f"Fact {i}: the cache line {i} holds {i * 7} bytes." for i in range(400))

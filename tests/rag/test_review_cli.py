@@ -235,7 +235,7 @@ def test_review_commands_show_terminal_controls_instead_of_obeying_them(
 def test_ask_output_shows_terminal_controls_instead_of_obeying_them(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from rag.cli import _print_result, _print_stream
+    from rag.cli.commands import _print_result, _print_stream
     from rag.types import Citation, Result, ResultEvent, TokenEvent, Usage
 
     result = Result(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from guards import Policy
 from guards.review import Action
-from rag.documents import Document
+from rag.retrieval.documents import Document
 
 
 def test_an_edited_answer_is_served_until_the_index_changes(demo_pipeline) -> None:  # type: ignore[no-untyped-def]

@@ -281,7 +281,7 @@ def test_request_id_is_echoed_and_shared_with_the_result(client: TestClient) -> 
 
 
 def test_an_unreadable_index_is_left_out_of_the_listing(client: TestClient, demo_pipeline) -> None:  # type: ignore[no-untyped-def]
-    from rag.index import VectorIndex
+    from rag.retrieval.index import VectorIndex
 
     index_dir = demo_pipeline.settings.index_dir
     VectorIndex.create(

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from rag.documents import Chunk, Document
-from rag.index import VectorIndex
-from rag.title_links import TitleLinks
+from rag.retrieval.documents import Chunk, Document
+from rag.retrieval.index import VectorIndex
+from rag.retrieval.title_links import TitleLinks
 
 DIM = 8
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rag.index_records import RetrievalMode
+from rag.retrieval.records import RetrievalMode
 from rag.server.schemas import CitationOut, GuardVerdictOut, IndexName, PassageOut
 
 GROUNDED_MODEL = "ragguard"

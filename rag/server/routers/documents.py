@@ -10,7 +10,6 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
-from rag.documents import SUPPORTED_SUFFIXES, Document, parse_bytes
 from rag.errors import (
     InvalidInputError,
     LengthRequiredError,
@@ -18,6 +17,7 @@ from rag.errors import (
     RagGuardError,
     UnsupportedFileTypeError,
 )
+from rag.retrieval.documents import SUPPORTED_SUFFIXES, Document, parse_bytes
 from rag.server.schemas import (
     MAX_OFFSET,
     DocumentIn,

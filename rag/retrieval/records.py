@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rag.documents import Chunk
+from rag.retrieval.documents import Chunk
 
 RetrievalMode = Literal["dense", "bm25", "hybrid"]
 """How an index ranks chunks: by embedding, by BM25 over the words, or both fused."""

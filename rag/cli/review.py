@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rag.console import note, out
+from rag.cli.console import note, out
 from rag.display import safe_text
 
 _ACTIONS = {"approve": "approve", "edit": "edit", "reject": "reject", "escalate": "escalate"}

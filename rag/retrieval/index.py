@@ -5,7 +5,7 @@ Layout of ``indexes/<name>/``::
     chunks.sqlite           documents, chunks (text + embedding) and metadata: the source of truth
     vectors-<gen>.faiss     FAISS index for generation <gen> of the database (a rebuildable cache)
     bm25-<gen>/             BM25 index (bm25s) of generation <gen>, once a BM25 or hybrid search
-                            has run (a rebuildable cache too: ``rag.lexical``)
+                            has run (a rebuildable cache too: ``rag.retrieval.lexical``)
     manifest.json           a readable summary of the metadata, rewritten after every commit
 
 Every write is one SQLite transaction that also bumps the generation; the FAISS file of the new
@@ -31,19 +31,19 @@ from typing import Any
 import numpy as np
 
 from rag.atomic import atomic_write_bytes
-from rag.documents import Chunk, Document
 from rag.errors import IndexMismatchError, IndexNotFoundError, InvalidInputError
-from rag.faiss_store import FaissStore
-from rag.fusion import reciprocal_rank_fusion
-from rag.index_records import (
+from rag.retrieval.documents import Chunk, Document
+from rag.retrieval.faiss_store import FaissStore
+from rag.retrieval.fusion import reciprocal_rank_fusion
+from rag.retrieval.lexical import LexicalStore
+from rag.retrieval.records import (
     RETRIEVAL_MODES,
     DocumentInfo,
     IndexInfo,
     RetrievalMode,
     ScoredChunk,
 )
-from rag.lexical import LexicalStore
-from rag.title_links import TitleLinks
+from rag.retrieval.title_links import TitleLinks
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,8 @@ INDEX_TYPES = ("flat", "hnsw")
 FUSION_DEPTH = 50
 """Hybrid search fuses this many hits (at least ``top_k``) of each of dense and BM25 search."""
 LINK_SOURCES = 3
-"""Hybrid search follows the title links of this many of its best passages (``rag.title_links``)."""
+"""Hybrid search follows the title links of this many of its best passages
+(``rag.retrieval.title_links``)."""
 _DB_FILE = "chunks.sqlite"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from rag.documents import Chunk, Chunker, Document
-from rag.embed import Embedder
 from rag.errors import DocumentNotFoundError, IndexNotFoundError, InvalidInputError
-from rag.index import VectorIndex
-from rag.index_records import DocumentInfo, IndexInfo, RetrievalMode, ScoredChunk
+from rag.retrieval.documents import Chunk, Chunker, Document
+from rag.retrieval.embed import Embedder
+from rag.retrieval.index import VectorIndex
+from rag.retrieval.records import DocumentInfo, IndexInfo, RetrievalMode, ScoredChunk
 from rag.settings import Settings
 
 logger = logging.getLogger(__name__)

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rag.console import note, out
+from rag.cli.console import note, out
 
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 BUILTIN_NAMES = ("musique", "hotpotqa", "pubmedqa", "metaqa", "halueval", "rgb", "rgb_noise")
 SUMMARY = (
     ("accuracy", ("answers", "accuracy")),

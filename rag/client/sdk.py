@@ -1,7 +1,7 @@
 """SDK client for a ragguard server: the same ``Result`` type as the in-process ``Pipeline``.
 
 ``Client`` is synchronous, ``AsyncClient`` awaits; both send the requests and read the responses
-that ``rag.client_requests`` builds, so they cannot drift apart.
+that ``rag.client.http`` builds, so they cannot drift apart.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from rag.client_requests import (
+from rag.client.http import (
     ServerError,
     _ask_body,
     _ask_event,

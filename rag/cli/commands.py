@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rag.console import note, out
-from rag.index_records import RETRIEVAL_MODES
+from rag.cli.console import note, out
+from rag.retrieval.records import RETRIEVAL_MODES
 
 if TYPE_CHECKING:
     from rag.settings import Settings
@@ -33,9 +33,9 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from rag.collection import CollectionRegistry
-    from rag.documents import load_path
-    from rag.embed import Embedder
+    from rag.retrieval.collection import CollectionRegistry
+    from rag.retrieval.documents import load_path
+    from rag.retrieval.embed import Embedder
 
     settings = _settings(
         args,
@@ -116,10 +116,10 @@ def cmd_ask(args: argparse.Namespace) -> int:
                 return _print_stream(client.ask_stream(args.question, **options))
             result = client.ask(args.question, **options)
     else:
-        from rag.collection import check_index_name
         from rag.errors import IndexNotFoundError
-        from rag.index import VectorIndex
         from rag.pipeline import AskOptions, Pipeline
+        from rag.retrieval.collection import check_index_name
+        from rag.retrieval.index import VectorIndex
 
         settings = _settings(args)
         path = settings.index_dir / check_index_name(settings.index_name)
@@ -206,9 +206,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_index(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from rag.collection import check_index_name
     from rag.errors import IndexNotFoundError
-    from rag.index import VectorIndex, delete_index
+    from rag.retrieval.collection import check_index_name
+    from rag.retrieval.index import VectorIndex, delete_index
 
     settings = _settings(args)
     if args.action == "list":
@@ -321,8 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--yes", action="store_true", help="delete without asking")
     p.set_defaults(func=cmd_index)
 
-    from rag.cli_eval import add_parsers as add_eval_parsers
-    from rag.cli_review import add_parsers
+    from rag.cli.eval import add_parsers as add_eval_parsers
+    from rag.cli.review import add_parsers
 
     add_parsers(sub)
     add_eval_parsers(sub)
@@ -375,7 +375,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

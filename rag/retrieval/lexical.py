@@ -1,10 +1,10 @@
 """The BM25 half of an index: bm25s over the chunks' text, one saved folder per generation.
 
-Like the FAISS file (``rag.faiss_store``) this is a cache of the SQLite database, rebuilt from
-the stored texts whenever it is missing, unreadable or of an older generation. It is built on the
-first BM25 or hybrid search after a change rather than on every commit, so an index that is only
-searched densely never pays for it. bm25s indexes are static (no adds or deletes), so a change
-means a rebuild: 0.5 s per 10,000 chunks and 4.7 s per 100,000 here
+Like the FAISS file (``rag.retrieval.faiss_store``) this is a cache of the SQLite database,
+rebuilt from the stored texts whenever it is missing, unreadable or of an older generation. It is
+built on the first BM25 or hybrid search after a change rather than on every commit, so an index
+that is only searched densely never pays for it. bm25s indexes are static (no adds or deletes),
+so a change means a rebuild: 0.5 s per 10,000 chunks and 4.7 s per 100,000 here
 (``benchmarks/retrieval.py``).
 
 Layout: ``bm25-<gen>/`` holds bm25s's files plus ``ids.npy``, the chunk row id of each of its

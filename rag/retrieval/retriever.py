@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from rag.collection import Collection
 from rag.errors import InvalidInputError
-from rag.index_records import RETRIEVAL_MODES, RetrievalMode
+from rag.retrieval.collection import Collection
+from rag.retrieval.records import RETRIEVAL_MODES, RetrievalMode
 from rag.types import Passage
 
 
