@@ -34,7 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from guards.review import Action, NewItem, ReviewStore  # noqa: E402
+from guards.review import NewItem, Resolution, ReviewStore  # noqa: E402
 
 SCHEMA_3_INDEXES = (
     "review_by_gold",
@@ -95,7 +95,7 @@ def operations(store: ReviewStore, round_no: int) -> dict[str, Callable[[], obje
 
     def approve() -> None:
         store.claim(pending.id, "ann")
-        store.resolve(pending.id, "ann", Action.APPROVE)
+        store.resolve(pending.id, "ann", Resolution.APPROVE)
 
     return {"queue_one_s": queue, "export_10k_s": export, "approve_s": approve}
 

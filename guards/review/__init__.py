@@ -15,22 +15,21 @@ from guards.review.errors import (
 )
 from guards.review.models import (
     RATING_SCALES,
-    Action,
     AuditEntry,
     CachedAnswer,
     NewItem,
     Rating,
     Ratings,
+    Resolution,
     ReviewItem,
     Status,
-    normalise_question,
+    normalize_question,
 )
 from guards.review.quality import QueueStats, ReviewerStats, queue_stats
 from guards.review.store import ReviewStore
 
 __all__ = [
     "RATING_SCALES",
-    "Action",
     "AlreadyResolvedError",
     "AuditEntry",
     "CachedAnswer",
@@ -44,6 +43,7 @@ __all__ = [
     "QueueStats",
     "Rating",
     "Ratings",
+    "Resolution",
     "ReviewConflictError",
     "ReviewError",
     "ReviewItem",
@@ -51,6 +51,6 @@ __all__ = [
     "ReviewerStats",
     "Status",
     "krippendorff_alpha",
-    "normalise_question",
+    "normalize_question",
     "queue_stats",
 ]

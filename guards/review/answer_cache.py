@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from guards.review.backend import Cursor
-from guards.review.models import CachedAnswer, ReviewItem, normalise_question
+from guards.review.models import CachedAnswer, ReviewItem, normalize_question
 
 
 def put(cur: Cursor, item: ReviewItem, reviewer: str, now: float) -> None:
@@ -21,7 +21,7 @@ def put(cur: Cursor, item: ReviewItem, reviewer: str, now: float) -> None:
         "review_id = excluded.review_id, reviewer = excluded.reviewer, "
         "created_at = excluded.created_at",
         (
-            normalise_question(item.question),
+            normalize_question(item.question),
             item.index_name,
             item.index_version,
             item.final_answer,
@@ -61,7 +61,7 @@ def lookup(cur: Cursor, question: str, index_name: str, index_version: str) -> C
         "SELECT c.answer, c.review_id, c.reviewer, r.passages, c.created_at "
         "FROM answer_cache c JOIN review_items r ON r.id = c.review_id "
         "WHERE c.question_key = ? AND c.index_name = ? AND c.index_version = ?",
-        (normalise_question(question), index_name, index_version),
+        (normalize_question(question), index_name, index_version),
     ).fetchone()
     if row is None:
         return None

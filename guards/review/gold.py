@@ -16,7 +16,7 @@ from typing import Any
 
 from guards.review.backend import Cursor
 from guards.review.errors import InvalidReviewError, ReviewConflictError
-from guards.review.models import Action, NewItem, ReviewItem, priority_of
+from guards.review.models import NewItem, Resolution, ReviewItem, priority_of
 
 MADE_GOLD = "made_gold"
 """The audit action on the item a gold item was made from (shown to admins only)."""
@@ -67,13 +67,13 @@ def from_item(cur: Cursor, item: ReviewItem, now: float) -> tuple[str, bool]:
     a gold item with the same question and answer but the other verdict is a conflict."""
     if item.gold_id is not None:
         raise ReviewConflictError(f"item {item.id} is a gold item already")
-    if item.resolution not in (Action.APPROVE, Action.REJECT, Action.EDIT):
+    if item.resolution not in (Resolution.APPROVE, Resolution.REJECT, Resolution.EDIT):
         raise ReviewConflictError(
             f"item {item.id} is {item.status.value}: only an approved, rejected or edited item "
             "has a known answer"
         )
     gold_id = _gold_id(item.question, item.answer)
-    is_correct = item.resolution is Action.APPROVE
+    is_correct = item.resolution is Resolution.APPROVE
     existing = cur.execute("SELECT is_correct FROM gold_items WHERE id = ?", (gold_id,)).fetchone()
     if existing is not None:
         if bool(existing[0]) != is_correct:

@@ -28,7 +28,7 @@ class Status(enum.StrEnum):
         return self in (Status.PENDING, Status.CLAIMED, Status.ESCALATED)
 
 
-class Action(enum.StrEnum):
+class Resolution(enum.StrEnum):
     """What a reviewer does with a claimed item, and the status it leads to."""
 
     APPROVE = "approve"
@@ -39,10 +39,10 @@ class Action(enum.StrEnum):
     @property
     def status(self) -> Status:
         return {
-            Action.APPROVE: Status.APPROVED,
-            Action.EDIT: Status.EDITED,
-            Action.REJECT: Status.REJECTED,
-            Action.ESCALATE: Status.ESCALATED,
+            Resolution.APPROVE: Status.APPROVED,
+            Resolution.EDIT: Status.EDITED,
+            Resolution.REJECT: Status.REJECTED,
+            Resolution.ESCALATE: Status.ESCALATED,
         }[self]
 
 
@@ -119,7 +119,7 @@ class ReviewItem:
     status: Status
     assignee: str | None
     claim_expires_at: float | None
-    resolution: Action | None
+    resolution: Resolution | None
     edited_answer: str | None
     resolved_by: str | None
     resolved_at: float | None
@@ -174,7 +174,7 @@ class CachedAnswer:
     created_at: float
 
 
-def normalise_question(question: str) -> str:
+def normalize_question(question: str) -> str:
     """The answer-cache key: Unicode-normalised, case-folded, single-spaced, no end punctuation."""
     text = unicodedata.normalize("NFKC", question).casefold()
     text = re.sub(r"\s+", " ", text).strip()

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from guards.review.backend import Cursor
-from guards.review.models import Action, Rating, Ratings, ReviewItem, Status
+from guards.review.models import Rating, Ratings, Resolution, ReviewItem, Status
 
 COLUMNS = (
     "id, question, answer, candidates, passages, guard_results, confidence, reasons, priority, "
@@ -83,7 +83,7 @@ def item_from_row(row: tuple[Any, ...], now: float, ratings: list[Rating]) -> Re
         status=status,
         assignee=assignee,
         claim_expires_at=expires if status is Status.CLAIMED else None,
-        resolution=Action(row[14]) if row[14] else None,
+        resolution=Resolution(row[14]) if row[14] else None,
         edited_answer=row[15],
         resolved_by=row[16],
         resolved_at=row[17],

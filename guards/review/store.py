@@ -27,11 +27,11 @@ from guards.review.errors import (
 from guards.review.export import DEFAULT_PAGE_SIZE, export_items, ratings_of
 from guards.review.migrations import DEFAULT_SLA_S, migrate
 from guards.review.models import (
-    Action,
     AuditEntry,
     CachedAnswer,
     NewItem,
     Ratings,
+    Resolution,
     ReviewItem,
     Status,
     priority_of,
@@ -285,7 +285,7 @@ class ReviewStore:
         self,
         item_id: str,
         actor: str,
-        action: Action,
+        action: Resolution,
         *,
         edited_answer: str | None = None,
         ratings: Ratings | None = None,
@@ -296,12 +296,12 @@ class ReviewStore:
         An approved or edited answer goes to the answer cache in the same transaction, so the
         same question on the same index version gets it from then on. An escalation goes to
         ``escalate_to`` (a reviewer's name), else to the admins; see ``claim``."""
-        action = Action(action)
-        if action is Action.EDIT and not (edited_answer and edited_answer.strip()):
+        action = Resolution(action)
+        if action is Resolution.EDIT and not (edited_answer and edited_answer.strip()):
             raise InvalidReviewError("an edit needs the corrected answer (edited_answer)")
-        if action is not Action.EDIT and edited_answer is not None:
+        if action is not Resolution.EDIT and edited_answer is not None:
             raise InvalidReviewError(f"only 'edit' takes an edited_answer, not {action.value!r}")
-        escalating = action is Action.ESCALATE
+        escalating = action is Resolution.ESCALATE
         if not escalating and escalate_to is not None:
             raise InvalidReviewError(f"only 'escalate' takes escalate_to, not {action.value!r}")
         target = escalation.target_of(actor, escalate_to)
@@ -331,7 +331,11 @@ class ReviewStore:
             if ratings is not None and not ratings.is_empty:
                 put_ratings(cur, item_id, actor, ratings, now)
             item = self._changed(cur, item_id, actor, action.value, before, now, ratings)
-            if action in (Action.APPROVE, Action.EDIT) and item.gold_id is None and item.index_name:
+            if (
+                action in (Resolution.APPROVE, Resolution.EDIT)
+                and item.gold_id is None
+                and item.index_name
+            ):
                 answer_cache.put(cur, item, actor, now)
             return item
 

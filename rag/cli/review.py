@@ -68,10 +68,10 @@ class _Local:
 
     def resolve(self, item_id: str, action: str, edited: str | None, ratings: dict[str, Any],
                 comment: str, escalate_to: str | None = None) -> dict[str, Any]:  # fmt: skip
-        from guards.review import Action, Ratings
+        from guards.review import Ratings, Resolution
 
         item = self.store.resolve(
-            item_id, self.actor, Action(action), edited_answer=edited,
+            item_id, self.actor, Resolution(action), edited_answer=edited,
             ratings=Ratings(comment=comment, **ratings), escalate_to=escalate_to,
         )  # fmt: skip
         return self._out(item)

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Adds items, claims them and resolves most, printing each step only once it is committed.
 WRITER = """
 import sys
-from guards.review import Action, NewItem, Ratings, ReviewStore
+from guards.review import Resolution, NewItem, Ratings, ReviewStore
 store = ReviewStore(sys.argv[1], gold_rate=0.2)
 store.add_gold("gold question?", "gold answer.", is_correct=True)
 n = 0
@@ -30,7 +30,7 @@ while True:
     store.claim(item.id, "writer")
     print("claimed", item.id, flush=True)
     if n % 3:
-        store.resolve(item.id, "writer", Action.EDIT, edited_answer=f"edit {n}",
+        store.resolve(item.id, "writer", Resolution.EDIT, edited_answer=f"edit {n}",
                       ratings=Ratings(relevance=n % 4, comment="c" * 200))
         print("edited", item.id, flush=True)
 """

@@ -10,10 +10,10 @@ import pytest
 from fake_clock import Clock
 
 from guards.review import (
-    Action,
     EscalatedElsewhereError,
     InvalidReviewError,
     NewItem,
+    Resolution,
     ReviewStore,
     Status,
     queue_stats,
@@ -25,7 +25,7 @@ from guards.review.migrations import migrate
 def _escalated(store: ReviewStore, question: str, to: str | None = None) -> str:
     item = store.add(NewItem(question, "An answer [1].", confidence=0.2))
     store.claim(item.id, "ann")
-    store.resolve(item.id, "ann", Action.ESCALATE, escalate_to=to)
+    store.resolve(item.id, "ann", Resolution.ESCALATE, escalate_to=to)
     return item.id
 
 
@@ -66,7 +66,7 @@ def escalation_scenario(store: ReviewStore, clock: Clock) -> None:
         store.claim(named, "dave")
     got = store.claim_next("bob")
     assert got is not None and got.id == named
-    done = store.resolve(named, "bob", Action.APPROVE)
+    done = store.resolve(named, "bob", Resolution.APPROVE)
     assert done.status is Status.APPROVED and done.resolved_by == "bob"
     assert (done.escalated_by, done.escalated_to) == ("ann", "bob")  # kept as its history
     log = store.audit(named)
@@ -77,12 +77,12 @@ def escalation_scenario(store: ReviewStore, clock: Clock) -> None:
     mine = store.add(NewItem("Mine?", "a"))
     store.claim(mine.id, "ann")
     with pytest.raises(InvalidReviewError, match="not to yourself"):
-        store.resolve(mine.id, "ann", Action.ESCALATE, escalate_to="ann")
+        store.resolve(mine.id, "ann", Resolution.ESCALATE, escalate_to="ann")
     with pytest.raises(InvalidReviewError, match="only 'escalate' takes escalate_to"):
-        store.resolve(mine.id, "ann", Action.REJECT, escalate_to="bob")
+        store.resolve(mine.id, "ann", Resolution.REJECT, escalate_to="bob")
     for bad in ("", "x" * 65, "bob\x1b[2J"):
         with pytest.raises(InvalidReviewError, match="reviewer's name"):
-            store.resolve(mine.id, "ann", Action.ESCALATE, escalate_to=bad)
+            store.resolve(mine.id, "ann", Resolution.ESCALATE, escalate_to=bad)
     assert store.get(mine.id).status is Status.CLAIMED
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fake_clock import Clock
 
-from guards.review import Action, NewItem, Ratings, ReviewItem, ReviewStore, Status
+from guards.review import NewItem, Ratings, Resolution, ReviewItem, ReviewStore, Status
 
 
 def fill(store: ReviewStore, clock: Clock, num_items: int) -> list[str]:
@@ -49,12 +49,12 @@ def export_while_changing(
     clock.now = first_time + 1
     store.add(NewItem("newest?", "c", confidence=0.0))
     store.claim(start_ids[0], "ann")
-    store.resolve(start_ids[0], "ann", Action.APPROVE, ratings=Ratings(relevance=3))
+    store.resolve(start_ids[0], "ann", Resolution.APPROVE, ratings=Ratings(relevance=3))
     store.claim(start_ids[7], "bob")
     store.claim(start_ids[8], "ann")
     store.release(start_ids[8], "ann")
     store.claim(start_ids[9], "ann")
-    store.resolve(start_ids[9], "ann", Action.REJECT)
+    store.resolve(start_ids[9], "ann", Resolution.REJECT)
     seen += [item.id for item in rows]
     return start_ids, seen
 
@@ -86,7 +86,7 @@ def test_export_pages_carry_every_rating(store: ReviewStore, clock: Clock) -> No
         store.claim(item_id, "ann")
         clock.now += 1
         store.resolve(
-            item_id, "ann", Action.APPROVE, ratings=Ratings(relevance=n % 4, comment="ok")
+            item_id, "ann", Resolution.APPROVE, ratings=Ratings(relevance=n % 4, comment="ok")
         )
         if n % 2:
             clock.now += 1
@@ -104,7 +104,7 @@ def test_export_pages_carry_every_rating(store: ReviewStore, clock: Clock) -> No
 def test_export_keeps_the_status_filter(store: ReviewStore, clock: Clock) -> None:
     ids = fill(store, clock, 5)
     store.claim(ids[1], "ann")
-    store.resolve(ids[1], "ann", Action.REJECT)
+    store.resolve(ids[1], "ann", Resolution.REJECT)
     store.claim(ids[2], "ann", ttl_s=10)
     clock.now += 11  # ids[2]'s claim expired: it counts as pending again
     store.claim(ids[3], "bob")

@@ -10,12 +10,12 @@ from fake_clock import Clock
 from test_review_escalation import escalation_scenario, migration_scenario
 
 from guards.review import (
-    Action,
     AlreadyResolvedError,
     ClaimConflictError,
     ClaimExpiredError,
     NewItem,
     Ratings,
+    Resolution,
     ReviewStore,
     Status,
     queue_stats,
@@ -52,15 +52,15 @@ def test_the_workflow_on_postgresql(pg_url: str) -> None:
         store.claim(ids[0], "bob")
     now[0] += 61
     with pytest.raises(ClaimExpiredError):
-        store.resolve(ids[0], "ann", Action.APPROVE)
+        store.resolve(ids[0], "ann", Resolution.APPROVE)
     assert store.get(ids[0]).status is Status.PENDING
     store.claim(ids[0], "ann")
     done = store.resolve(
-        ids[0], "ann", Action.EDIT, edited_answer="b [1].", ratings=Ratings(3, 2, 4)
+        ids[0], "ann", Resolution.EDIT, edited_answer="b [1].", ratings=Ratings(3, 2, 4)
     )
     assert done.status is Status.EDITED and done.ratings[0].ratings.relevance == 3
     with pytest.raises(AlreadyResolvedError):
-        store.resolve(ids[0], "ann", Action.APPROVE)
+        store.resolve(ids[0], "ann", Resolution.APPROVE)
     hit = store.cached_answer("Q0", "demo", "v1")
     assert hit is not None and hit.answer == "b [1]."
     assert [e.action for e in store.audit(ids[0])] == ["created", "claim", "claim", "edit"]
@@ -73,7 +73,7 @@ def test_the_workflow_on_postgresql(pg_url: str) -> None:
     now[0] += 1
     newer = store.add(NewItem("q9?", "c.", index_name="demo", index_version="v2")).id
     store.claim(newer, "ann")
-    store.resolve(newer, "ann", Action.APPROVE)
+    store.resolve(newer, "ann", Resolution.APPROVE)
     assert store.cached_answer("Q0", "demo", "v1") is None  # the older version's rows went
     store.close()
     again = ReviewStore(pg_url)  # migrating again is a no-op

@@ -13,7 +13,6 @@ from fake_clock import Clock
 from sqlalchemy import event
 
 from guards.review import (
-    Action,
     AlreadyResolvedError,
     ClaimConflictError,
     ClaimExpiredError,
@@ -22,11 +21,12 @@ from guards.review import (
     NewItem,
     NotClaimedError,
     Ratings,
+    Resolution,
     ReviewConflictError,
     ReviewStore,
     Status,
     krippendorff_alpha,
-    normalise_question,
+    normalize_question,
     queue_stats,
 )
 from guards.review.backend import Cursor, Database
@@ -78,15 +78,19 @@ def test_claim_resolve_and_the_audit_trail(store: ReviewStore, clock: Clock) -> 
     with pytest.raises(ClaimConflictError, match="claimed by ann"):
         store.claim(item.id, "bob")
     with pytest.raises(ClaimConflictError):
-        store.resolve(item.id, "bob", Action.APPROVE)
+        store.resolve(item.id, "bob", Resolution.APPROVE)
     clock.now += 10
     done = store.resolve(
-        item.id, "ann", Action.EDIT, edited_answer="330 m [1].", ratings=Ratings(3, 2, 4, "fine")
+        item.id,
+        "ann",
+        Resolution.EDIT,
+        edited_answer="330 m [1].",
+        ratings=Ratings(3, 2, 4, "fine"),
     )
     assert done.status is Status.EDITED and done.final_answer == "330 m [1]."
     assert done.resolved_by == "ann" and done.ratings[0].ratings == Ratings(3, 2, 4, "fine")
     with pytest.raises(AlreadyResolvedError, match="already edited by ann"):
-        store.resolve(item.id, "ann", Action.APPROVE)
+        store.resolve(item.id, "ann", Resolution.APPROVE)
     with pytest.raises(AlreadyResolvedError):
         store.claim(item.id, "bob")
     log = store.audit(item.id)
@@ -109,11 +113,11 @@ def test_an_expired_claim_returns_to_the_queue(store: ReviewStore, clock: Clock)
     assert store.get(item.id).status is Status.PENDING
     assert [i.id for i in store.list_items(status=Status.PENDING)[0]] == [item.id]
     with pytest.raises(ClaimExpiredError, match="expired"):
-        store.resolve(item.id, "ann", Action.APPROVE)
+        store.resolve(item.id, "ann", Resolution.APPROVE)
     assert store.claim(item.id, "bob").assignee == "bob"
     with pytest.raises(ClaimConflictError):
-        store.resolve(item.id, "ann", Action.APPROVE)
-    assert store.resolve(item.id, "bob", Action.APPROVE).status is Status.APPROVED
+        store.resolve(item.id, "ann", Resolution.APPROVE)
+    assert store.resolve(item.id, "bob", Resolution.APPROVE).status is Status.APPROVED
 
 
 def test_release_escalate_and_unknown_ids(store: ReviewStore) -> None:
@@ -125,10 +129,10 @@ def test_release_escalate_and_unknown_ids(store: ReviewStore) -> None:
     with pytest.raises(NotClaimedError):
         store.release(item.id, "ann")
     store.claim(item.id, "ann")
-    escalated = store.resolve(item.id, "ann", Action.ESCALATE, ratings=Ratings(relevance=1))
+    escalated = store.resolve(item.id, "ann", Resolution.ESCALATE, ratings=Ratings(relevance=1))
     assert escalated.status is Status.ESCALATED and escalated.assignee is None
     store.claim(item.id, "senior", is_admin=True)  # escalated to no one: to the admins
-    final = store.resolve(item.id, "senior", Action.REJECT, ratings=Ratings(relevance=2))
+    final = store.resolve(item.id, "senior", Resolution.REJECT, ratings=Ratings(relevance=2))
     assert final.status is Status.REJECTED and len(final.ratings) == 2
     for call in (store.get, lambda i: store.claim(i, "ann"), lambda i: store.release(i, "ann")):
         with pytest.raises(ItemNotFoundError):
@@ -153,9 +157,9 @@ def test_edit_needs_an_answer_and_only_edit_takes_one(store: ReviewStore) -> Non
     item = store.add(flagged())
     store.claim(item.id, "ann")
     with pytest.raises(InvalidReviewError, match="corrected answer"):
-        store.resolve(item.id, "ann", Action.EDIT, edited_answer="  ")
+        store.resolve(item.id, "ann", Resolution.EDIT, edited_answer="  ")
     with pytest.raises(InvalidReviewError, match="only 'edit'"):
-        store.resolve(item.id, "ann", Action.APPROVE, edited_answer="x")
+        store.resolve(item.id, "ann", Resolution.APPROVE, edited_answer="x")
     assert store.get(item.id).status is Status.CLAIMED  # nothing half-written
 
 
@@ -223,7 +227,7 @@ def test_the_audit_log_is_append_only(store: ReviewStore) -> None:
 def test_approved_answers_are_cached_per_index_version(store: ReviewStore) -> None:
     item = store.add(flagged("How tall is the  Eiffel tower"))
     store.claim(item.id, "ann")
-    store.resolve(item.id, "ann", Action.APPROVE)
+    store.resolve(item.id, "ann", Resolution.APPROVE)
     hit = store.cached_answer("how tall is the Eiffel Tower?", "demo", "v1")
     assert hit is not None and hit.answer == item.answer and hit.review_id == item.id
     assert hit.reviewer == "ann" and hit.passages == item.passages
@@ -233,9 +237,9 @@ def test_approved_answers_are_cached_per_index_version(store: ReviewStore) -> No
     assert store.cached_answer("how tall is the Eiffel Tower?", "demo", "v1") is None
     rejected = store.add(flagged("Who built it?"))
     store.claim(rejected.id, "ann")
-    store.resolve(rejected.id, "ann", Action.REJECT)
+    store.resolve(rejected.id, "ann", Resolution.REJECT)
     assert store.cached_answer("Who built it?", "demo", "v1") is None
-    assert normalise_question(" Who  BUILT it?? ") == "who built it"
+    assert normalize_question(" Who  BUILT it?? ") == "who built it"
 
 
 def test_approving_an_item_from_an_older_index_keeps_the_current_answer(
@@ -245,7 +249,7 @@ def test_approving_an_item_from_an_older_index_keeps_the_current_answer(
     new = store.add(flagged("Who built it?", index_version="v2", answer="New answer."))
     for item in (new, old):  # the stale item is approved last
         store.claim(item.id, "ann")
-        store.resolve(item.id, "ann", Action.APPROVE)
+        store.resolve(item.id, "ann", Resolution.APPROVE)
     current = store.cached_answer("Who built it?", "demo", "v2")
     assert current is not None and current.answer == "New answer."
 
@@ -256,7 +260,7 @@ def test_an_answer_for_a_newer_version_drops_the_older_versions_rows(
     def approve(question: str, **kw: object) -> None:
         item = store.add(flagged(question, **kw))
         store.claim(item.id, "ann")
-        store.resolve(item.id, "ann", Action.APPROVE)
+        store.resolve(item.id, "ann", Resolution.APPROVE)
 
     approve("Who built it?", index_version="v1")
     approve("Who built it?", index_name="other", index_version="v1")
@@ -267,7 +271,7 @@ def test_an_answer_for_a_newer_version_drops_the_older_versions_rows(
     assert store.cached_answer("Who built it?", "other", "v1") is not None
     assert store.cached_answer("How tall is it?", "demo", "v2") is not None
     store.claim(stale.id, "ann")  # an item of the older version, resolved late
-    store.resolve(stale.id, "ann", Action.APPROVE)
+    store.resolve(stale.id, "ann", Resolution.APPROVE)
     assert store.cached_answer("How tall is it?", "demo", "v2") is not None
     assert store.invalidate("other") == 1  # no keep_version: every row of the index
 
@@ -290,7 +294,7 @@ def test_gold_items_are_mixed_in_and_score_reviewers(tmp_path: Path) -> None:
     assert all(len(r) == 32 for r in request_ids) and len(set(request_ids)) == 8
     for g in gold:
         store.claim(g.id, "ann")
-        store.resolve(g.id, "ann", Action.APPROVE)  # right once, wrong once
+        store.resolve(g.id, "ann", Resolution.APPROVE)  # right once, wrong once
         # gold never reaches users
         assert store.cached_answer(g.question, g.index_name, g.index_version) is None
     stats = queue_stats(store)
@@ -305,7 +309,7 @@ def test_agreement_and_per_reviewer_stats(store: ReviewStore, clock: Clock) -> N
         item = store.add(flagged(f"q{n}"))
         store.claim(item.id, "ann")
         clock.now += 5
-        store.resolve(item.id, "ann", Action.APPROVE, ratings=Ratings(relevance=a, fluency=2))
+        store.resolve(item.id, "ann", Resolution.APPROVE, ratings=Ratings(relevance=a, fluency=2))
         store.rate(item.id, "bob", Ratings(relevance=b, fluency=2))
     stats = queue_stats(store)
     assert stats.num_multiply_rated == 4 and stats.by_status == {"approved": 4}
@@ -406,7 +410,7 @@ def test_queue_wide_queries_use_an_index_not_a_scan(tmp_path: Path) -> None:
     list(store.export_items(page_size=4))
     item = store.add(flagged("newest", index_version="v9"))
     store.claim(item.id, "ann")
-    store.resolve(item.id, "ann", Action.APPROVE)  # caches it and prunes older versions
+    store.resolve(item.id, "ann", Resolution.APPROVE)  # caches it and prunes older versions
     event.remove(store.db.engine, "before_cursor_execute", record)
     store.close()
 
@@ -450,7 +454,7 @@ def test_a_resolved_item_becomes_a_gold_item_that_looks_like_it(tmp_path: Path) 
     with pytest.raises(ReviewConflictError, match="only an approved, rejected or edited"):
         store.gold_from_item(source.id, "root")
     store.claim(source.id, "ann")
-    store.resolve(source.id, "ann", Action.EDIT, edited_answer="Gustave Eiffel's firm [1].")
+    store.resolve(source.id, "ann", Resolution.EDIT, edited_answer="Gustave Eiffel's firm [1].")
     gold_id = store.gold_from_item(source.id, "root")
     assert store.gold_from_item(source.id, "root") == gold_id  # idempotent
     assert [e.action for e in store.audit(source.id)][-1] == "made_gold"
@@ -465,7 +469,7 @@ def test_a_resolved_item_becomes_a_gold_item_that_looks_like_it(tmp_path: Path) 
     assert copy.priority == source.priority and copy.request_id != source.request_id
     # ...and the original answer was edited, so it counts as wrong: rejecting it scores.
     store.claim(copy.id, "bob")
-    store.resolve(copy.id, "bob", Action.REJECT)
+    store.resolve(copy.id, "bob", Resolution.REJECT)
     bob = next(r for r in queue_stats(store).reviewers if r.reviewer == "bob")
     assert bob.num_gold == 1 and bob.num_gold_correct == 1
     with pytest.raises(ReviewConflictError, match="gold item already"):
@@ -481,7 +485,7 @@ def test_gold_from_an_approved_item_counts_its_answer_right_and_clashes_are_refu
     store = ReviewStore(tmp_path / "g.sqlite")
     approved = store.add(flagged("Capital of France?", answer="Paris."))
     store.claim(approved.id, "ann")
-    store.resolve(approved.id, "ann", Action.APPROVE)
+    store.resolve(approved.id, "ann", Resolution.APPROVE)
     gold_id = store.gold_from_item(approved.id, "root")
     with store.db.read() as cur:
         row = cur.execute("SELECT is_correct, source_item_id FROM gold_items").fetchone()
@@ -489,7 +493,7 @@ def test_gold_from_an_approved_item_counts_its_answer_right_and_clashes_are_refu
     # The same question and answer rejected elsewhere would say the opposite: refused.
     rejected = store.add(flagged("Capital of France?", answer="Paris."))
     store.claim(rejected.id, "bob")
-    store.resolve(rejected.id, "bob", Action.REJECT)
+    store.resolve(rejected.id, "bob", Resolution.REJECT)
     with pytest.raises(ReviewConflictError, match="already counts the answer as right"):
         store.gold_from_item(rejected.id, "root")
     assert store.add_gold("Capital of France?", "Paris.", is_correct=True) == gold_id
@@ -533,9 +537,9 @@ def test_resolved_items_go_round_until_each_has_min_ratings(tmp_path: Path) -> N
     unrated = store.add(flagged("Resolved without ratings"))
     open_item = store.add(flagged("Still pending"))
     store.claim(rated.id, "ann")
-    store.resolve(rated.id, "ann", Action.APPROVE, ratings=Ratings(relevance=3, fluency=2))
+    store.resolve(rated.id, "ann", Resolution.APPROVE, ratings=Ratings(relevance=3, fluency=2))
     store.claim(unrated.id, "ann")
-    store.resolve(unrated.id, "ann", Action.REJECT)
+    store.resolve(unrated.id, "ann", Resolution.REJECT)
     assert queue_stats(store).num_needing_ratings == 2
     assert store.next_to_rate("ann") is None  # she resolved both: others rate them
 
@@ -569,7 +573,7 @@ def test_the_stats_show_which_reviewer_lowers_agreement(store: ReviewStore) -> N
     for n, (a, b, c) in enumerate(triples):
         item = store.add(flagged(f"q{n}"))
         store.claim(item.id, "ann")
-        store.resolve(item.id, "ann", Action.APPROVE, ratings=Ratings(relevance=a))
+        store.resolve(item.id, "ann", Resolution.APPROVE, ratings=Ratings(relevance=a))
         store.rate(item.id, "bob", Ratings(relevance=b))
         store.rate(item.id, "carl", Ratings(relevance=c))
     stats = queue_stats(store)

@@ -32,7 +32,7 @@ import httpx
 import numpy as np
 import pytest
 
-from guards.review import Action, NewItem, ReviewStore
+from guards.review import NewItem, Resolution, ReviewStore
 from rag.retrieval.documents import Document, parse_bytes
 
 pytestmark = pytest.mark.slow
@@ -432,7 +432,7 @@ def queue_items(db: Path, num_items: int, *, resolve: bool = False) -> list[str]
         )
         if resolve:
             store.claim(item.id, "seed")
-            store.resolve(item.id, "seed", Action.APPROVE if n % 2 else Action.REJECT)
+            store.resolve(item.id, "seed", Resolution.APPROVE if n % 2 else Resolution.REJECT)
         ids.append(item.id)
     store.close()
     return ids

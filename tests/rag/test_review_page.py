@@ -251,13 +251,13 @@ def test_text_that_would_reorder_or_control_the_page_is_shown_marked(
 def test_an_escalated_item_shows_to_whom_and_is_not_the_escalators(
     queue_server: tuple[str, object],
 ) -> None:
-    from guards.review import Action, NewItem
+    from guards.review import NewItem, Resolution
 
     expect = sync_api.expect
     url, store = queue_server
     item = store.add(NewItem("Too hard for ann?", "Maybe.")).id  # type: ignore[attr-defined]
     store.claim(item, "ann")  # type: ignore[attr-defined]
-    store.resolve(item, "ann", Action.ESCALATE)  # type: ignore[attr-defined]
+    store.resolve(item, "ann", Resolution.ESCALATE)  # type: ignore[attr-defined]
     with _browser_page() as page:
         sign_in(page, url, "ann")
         page.select_option("#f-status", "escalated")

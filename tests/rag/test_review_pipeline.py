@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from guards import Policy
-from guards.review import Action
+from guards.review import Resolution
 from rag.retrieval.documents import Document
 
 
@@ -17,7 +17,7 @@ def test_an_edited_answer_is_served_until_the_index_changes(demo_pipeline) -> No
     reviews.resolve(
         flagged.review_id,
         "ann",
-        Action.EDIT,
+        Resolution.EDIT,
         edited_answer="The keys and values of past tokens [1].",
     )
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
 
-from guards.review import Action, ReviewItem, ReviewStore, Status, queue_stats
+from guards.review import Resolution, ReviewItem, ReviewStore, Status, queue_stats
 from rag.errors import InvalidInputError
 from rag.server.auth import Principal, Role, require
 from rag.server.review_schemas import (
@@ -228,7 +228,7 @@ def resolve(
     item = store.resolve(
         item_id,
         who.name,
-        Action(body.action),
+        Resolution(body.action),
         edited_answer=body.edited_answer,
         ratings=body.ratings.to_ratings(body.comment),
         escalate_to=body.escalate_to,
