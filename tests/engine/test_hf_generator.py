@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from stop_checks import LOOP_REASON, stop_on_tail_loop
 
 from engine import FinishReason, PromptTooLongError, SamplingParams
 from engine.hf_generator import _PresenceFrequencyPenalty
-from guards.repetition import LOOP_STOP_REASON, LoopStop
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -122,11 +122,11 @@ def test_stop_check_ends_rows_early_like_the_engine(generator) -> None:  # type:
         _prompt(generator, "Write the letter A fifty times."),  # loops under greedy decoding
         _prompt(generator, QUESTIONS[0]),
     ]
-    params = SamplingParams(max_tokens=40, stop_check=LoopStop())
+    params = SamplingParams(max_tokens=40, stop_check=stop_on_tail_loop)
     looping, plain = generator.generate(prompts, params)
     reference = generator.generate(prompts[:1], SamplingParams(max_tokens=40))[0].outputs[0]
     out = looping.outputs[0]
-    assert out.finish_reason is FinishReason.STOP and out.stop_reason == LOOP_STOP_REASON
-    assert 8 <= len(out.token_ids) < 20
+    assert out.finish_reason is FinishReason.STOP and out.stop_reason == LOOP_REASON
+    assert 4 <= len(out.token_ids) < 40
     assert out.token_ids == reference.token_ids[: len(out.token_ids)]
-    assert plain.outputs[0].stop_reason != LOOP_STOP_REASON
+    assert plain.outputs[0].stop_reason != LOOP_REASON

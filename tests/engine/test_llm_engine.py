@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from stop_checks import LOOP_REASON, stop_on_tail_loop
 
 from engine import EngineConfig, FinishReason, PromptTooLongError, SamplingParams
 from engine.llm_engine import LLMEngine
-from guards.repetition import LOOP_STOP_REASON, LoopStop
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -280,15 +280,21 @@ def test_half_precision_runs_on_cpu(dtype: str) -> None:
 LOOPING_QUESTION = "Write the letter A fifty times."  # SmolLM2 greedy: "A FEW FEW FEW ..."
 
 
+def test_the_tests_stop_check_stops_on_a_repeated_pattern_only() -> None:
+    assert stop_on_tail_loop([5, 1, 2, 1, 2, 1, 2, 1, 2]) == LOOP_REASON
+    assert stop_on_tail_loop([7, 7, 7]) is None  # three repeats are not yet a loop
+    assert stop_on_tail_loop(list(range(40))) is None
+
+
 def test_stop_check_ends_a_completion_early_with_its_reason(engine: LLMEngine) -> None:
     prompt = chat(engine, LOOPING_QUESTION)
     unchecked = engine.generate([prompt], SamplingParams(max_tokens=40))[0].outputs[0]
     assert unchecked.finish_reason is FinishReason.LENGTH  # penalties off: it loops to the end
 
-    looped = SamplingParams(max_tokens=40, stop_check=LoopStop())
+    looped = SamplingParams(max_tokens=40, stop_check=stop_on_tail_loop)
     out = engine.generate([prompt], looped)[0].outputs[0]
-    assert out.finish_reason is FinishReason.STOP and out.stop_reason == LOOP_STOP_REASON
-    assert 8 <= len(out.token_ids) < 20
+    assert out.finish_reason is FinishReason.STOP and out.stop_reason == LOOP_REASON
+    assert 4 <= len(out.token_ids) < 40
     assert out.token_ids == unchecked.token_ids[: len(out.token_ids)]
     assert out.text == engine.prompts.decode(out.token_ids)  # the reason is not cut from the text
 

@@ -5,13 +5,10 @@ stop check run locally, and the estimate used without a tokenizer."""
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
 
 from engine.client import EngineUnavailableError, build_engine_client, generate_all
 from engine.config import EngineConfig
@@ -19,64 +16,7 @@ from engine.errors import RemoteBusyError, RemoteRequestError
 from engine.outputs import FinishReason
 from engine.remote import RemoteClient, RemoteConfig, chatml
 from engine.sampling_params import SamplingParams
-
-WORDS = ["Paris", " is", " the", " capital", "."]
-
-
-class Script:
-    """What the scripted server answers: ``failures`` (status, headers) first, then a stream."""
-
-    def __init__(self) -> None:
-        self.failures: list[tuple[int, dict[str, str]]] = []
-        self.bodies: list[dict[str, Any]] = []
-        self.words = WORDS
-        self.finish = "stop"
-        self.delay_s = 0.0
-        self.sent = 0
-        """Chunks streamed so far."""
-
-
-def scripted_app(script: Script) -> FastAPI:
-    app = FastAPI()
-
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": "scripted", "max_model_len": 512}]}
-
-    @app.post("/v1/completions", response_model=None)
-    async def completions(request: Request) -> Any:
-        body = await request.json()
-        script.bodies.append(body)
-        if script.failures:
-            status, headers = script.failures.pop(0)
-            error = {"error": {"message": f"scripted {status}", "type": "x", "code": status}}
-            return JSONResponse(error, status_code=status, headers=headers)
-
-        async def events() -> AsyncIterator[str]:
-            for n in range(body["n"]):
-                for i, word in enumerate(script.words):
-                    last = i == len(script.words) - 1
-                    choice = {
-                        "index": n,
-                        "text": word,
-                        "logprobs": {
-                            "tokens": [word],
-                            "token_logprobs": [-0.5],
-                            "top_logprobs": [{word: -0.5, " x": -2.0}],
-                            "text_offset": [0],
-                        },
-                        "finish_reason": script.finish if last else None,
-                    }
-                    yield f"data: {json.dumps({'choices': [choice]})}\n\n"
-                    script.sent += 1
-                    await asyncio.sleep(script.delay_s)
-            usage = {"prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12}
-            yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n"
-            yield "data: [DONE]\n\n"
-
-        return StreamingResponse(events(), media_type="text/event-stream")
-
-    return app
+from tests.scripted_openai import Script, scripted_app
 
 
 @pytest.fixture
@@ -191,49 +131,3 @@ def test_the_registry_builds_it_and_a_config_is_checked(remote: tuple[Script, st
         build_engine_client(EngineConfig(), "openai")
     with pytest.raises(ValueError, match="http"):
         RemoteConfig("ftp://host/v1")
-
-
-def test_settings_need_a_url_for_the_openai_generator() -> None:
-    from rag.settings import Settings
-
-    with pytest.raises(ValueError, match="generator_url"):
-        Settings(generator="openai", _env_file=None)
-    settings = Settings(
-        generator="openai",
-        generator_url="http://h:8000/v1",
-        generator_api_key="sk-1",
-        _env_file=None,
-    )
-    remote = settings.engine_config().remote
-    assert remote is not None and remote.api_key == "sk-1" and remote.base_url == "http://h:8000/v1"
-    assert "sk-1" not in repr(settings)
-
-
-def test_a_busy_remote_is_a_429_with_retry_after_on_every_route(
-    remote: tuple[Script, str], settings: Any, fake_demo_index_template: Any
-) -> None:
-    """The remote generator's 429s, once its retries are spent, reach the caller as our 429 with
-    ``Retry-After``: through the pipeline (``/v1/ask``) and through the raw OpenAI route, which
-    talks to the engine client directly (it answered 500 before)."""
-    import shutil
-
-    from fastapi.testclient import TestClient
-
-    from rag.pipeline import Pipeline
-    from rag.server import create_app
-    from tests.fakes import HashingEmbedder
-
-    script, url = remote
-    shutil.copytree(fake_demo_index_template, settings.index_dir / "demo")
-    engine = client(url, max_retries=0)
-    pipeline = Pipeline(settings, HashingEmbedder(), engine)  # type: ignore[arg-type]
-    with TestClient(create_app(pipeline=pipeline)) as http:
-        for path, body in (
-            ("/v1/ask", {"question": "What is a KV cache?"}),
-            ("/v1/completions", {"model": "scripted", "prompt": "Paris is", "max_tokens": 4}),
-        ):
-            script.failures = [(429, {"retry-after": "2.5"})]
-            response = http.post(path, json=body)
-            assert response.status_code == 429, (path, response.text)
-            assert response.headers["retry-after"] == "3", path  # whole seconds, rounded up
-    pipeline.close()
