@@ -6,9 +6,14 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from engine.llm_engine import LLMEngine
+    from rag.retrieval.embed import Embedder
+    from rag.settings import Settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -18,14 +23,14 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 @pytest.fixture(scope="session")
-def embedder():  # type: ignore[no-untyped-def]
+def embedder():
     from rag.retrieval.embed import Embedder
 
     return Embedder()
 
 
 @pytest.fixture(scope="session")
-def generator():  # type: ignore[no-untyped-def]
+def generator():
     from engine import EngineConfig
     from engine.hf_generator import HFGenerator
 
@@ -33,7 +38,7 @@ def generator():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
-def llm_engine():  # type: ignore[no-untyped-def]
+def llm_engine():
     """Our engine on the default model: the pipeline's default generator."""
     from engine import EngineConfig
     from engine.llm_engine import LLMEngine
@@ -53,7 +58,7 @@ def settings(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def pipeline(settings, embedder, llm_engine) -> Iterator[object]:  # type: ignore[no-untyped-def]
+def pipeline(settings: Settings, embedder: Embedder, llm_engine: LLMEngine) -> Iterator[object]:
     from rag.pipeline import Pipeline
 
     pipe = Pipeline(settings, embedder, llm_engine)
@@ -81,20 +86,20 @@ def index_demo(root: Path, embedder: Any) -> Path:
 
 
 @pytest.fixture(scope="session")
-def demo_index_template(tmp_path_factory, embedder) -> Path:  # type: ignore[no-untyped-def]
+def demo_index_template(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder) -> Path:
     """The packaged demo collection, indexed once per session; tests get a copy."""
     return index_demo(tmp_path_factory.mktemp("demo-template"), embedder)
 
 
 @pytest.fixture
-def demo_pipeline(pipeline, demo_index_template):  # type: ignore[no-untyped-def]
+def demo_pipeline(pipeline, demo_index_template):
     """A pipeline whose default index is a fresh copy of the demo collection."""
     shutil.copytree(demo_index_template, pipeline.settings.index_dir / "demo")
     return pipeline
 
 
 @pytest.fixture(scope="session")
-def fake_demo_index_template(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
+def fake_demo_index_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo collection indexed with the hashing embedder (real FAISS), once per session."""
     from tests.fakes import HashingEmbedder
 
@@ -102,7 +107,7 @@ def fake_demo_index_template(tmp_path_factory) -> Path:  # type: ignore[no-untyp
 
 
 @pytest.fixture
-def fake_pipeline(settings, fake_demo_index_template) -> Iterator[object]:  # type: ignore[no-untyped-def]
+def fake_pipeline(settings: Settings, fake_demo_index_template: Path) -> Iterator[object]:
     """A pipeline over a copy of the demo collection with both models replaced by the fakes of
     ``tests.fakes``: real FAISS, SQLite, guards and policy, no model loaded."""
     from rag.pipeline import Pipeline
@@ -162,7 +167,7 @@ MODEL_FIXTURES = frozenset(
 """Fixtures that load a real model: a test using one is marked ``model`` automatically."""
 
 
-def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
+def pytest_collection_modifyitems(config, items):
     """Mark tests that use a real model's fixture ``model``; skip tests marked ``gpu`` on
     machines without CUDA."""
     import torch
@@ -179,7 +184,7 @@ def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def
 
 
 @pytest.fixture(autouse=True)
-def _real_models_only_when_marked(request, monkeypatch):  # type: ignore[no-untyped-def]
+def _real_models_only_when_marked(request, monkeypatch):
     """A test not marked ``model`` (or ``slow``) must not load a real model: the fast tier
     (``make test-fast``) stays fast, and the marks stay true. Use ``tests.fakes`` instead."""
     if "model" in request.keywords or "slow" in request.keywords:
@@ -188,7 +193,7 @@ def _real_models_only_when_marked(request, monkeypatch):  # type: ignore[no-unty
     from engine.llm_engine import LLMEngine
     from rag.retrieval.embed import Embedder
 
-    def refuse(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def refuse(self, *args, **kwargs):
         raise AssertionError(
             f"{request.node.nodeid} loads a real model ({type(self).__name__}) but is not "
             "marked model: mark it, or use the fakes of tests/fakes.py"

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from typing import TYPE_CHECKING
 
 import pytest
 
 from engine import SamplingParams
 from engine.async_engine import AsyncEngine
 
+if TYPE_CHECKING:
+    from engine.llm_engine import LLMEngine
+
 
 @pytest.fixture
-def async_engine(llm_engine):  # type: ignore[no-untyped-def]
+def async_engine(llm_engine):
     engine = AsyncEngine(llm_engine)
     yield engine
     engine.shutdown()
@@ -41,7 +45,7 @@ def test_concurrent_requests_share_steps(async_engine: AsyncEngine) -> None:
     schedule = engine.scheduler.schedule
     requests_per_step: list[int] = []
 
-    def recording_schedule():  # type: ignore[no-untyped-def]
+    def recording_schedule():
         # Counted on the engine's thread, when the batch is formed: what the callers see later
         # depends on how the two threads happen to be scheduled on a busy machine.
         batch = schedule()
@@ -107,7 +111,7 @@ def test_leaving_the_stream_aborts_and_frees_blocks(async_engine: AsyncEngine) -
     assert engine.block_manager.num_used_blocks == 0
 
 
-def test_requests_arriving_together_share_the_first_step(llm_engine) -> None:  # type: ignore[no-untyped-def]
+def test_requests_arriving_together_share_the_first_step(llm_engine: LLMEngine) -> None:
     llm_engine.config.max_batch_wait_ms = 1000  # generous: the machine may be busy
     engine = AsyncEngine(llm_engine)
     try:
@@ -186,7 +190,7 @@ def test_sync_and_async_callers_on_one_engine_both_get_their_results(
         target=lambda: sync_result.extend(engine.generate([text], SamplingParams(max_tokens=12)))
     )
 
-    async def main():  # type: ignore[no-untyped-def]
+    async def main():
         worker.start()
         return await async_engine.generate_full(text, SamplingParams(max_tokens=12))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 import torch
 
@@ -9,6 +11,9 @@ from engine import EngineConfig, SamplingParams
 from engine.beam_search import BeamSearch
 from engine.llm_engine import LLMEngine
 from tests.engine.test_llm_engine import QUESTIONS, chat
+
+if TYPE_CHECKING:
+    from engine.hf_generator import HFGenerator
 
 
 def test_finished_beams_are_scored_by_length_and_the_search_stops_when_none_can_win() -> None:
@@ -58,7 +63,7 @@ def hf_beams(model, prompt_ids: list[int], width: int, n: int, max_tokens: int, 
     return beams
 
 
-def test_beams_are_those_of_transformers(llm_engine: LLMEngine, generator) -> None:  # type: ignore[no-untyped-def]
+def test_beams_are_those_of_transformers(llm_engine: LLMEngine, generator: HFGenerator) -> None:
     cases = [
         (QUESTIONS[0], SamplingParams(use_beam_search=True, beam_width=4, n=4, max_tokens=16), {}),
         (QUESTIONS[2], SamplingParams(use_beam_search=True, beam_width=4, n=4, max_tokens=16), {}),
@@ -105,6 +110,6 @@ def test_beam_search_runs_beside_other_requests_and_needs_the_reservation(
         no_reservation.add_request(prompts[0], beam)
 
 
-def test_the_transformers_baseline_refuses_beam_search(generator) -> None:  # type: ignore[no-untyped-def]
+def test_the_transformers_baseline_refuses_beam_search(generator: HFGenerator) -> None:
     with pytest.raises(ValueError, match="beam search is a feature of our engine"):
         generator.generate(["hello"], SamplingParams(use_beam_search=True, max_tokens=2))

@@ -76,7 +76,7 @@ def _generate_with(
     decode_batches: list[int] = []
     run = graphs.run
 
-    def counting_run(shape, token_ids, positions, block_tables):  # type: ignore[no-untyped-def]
+    def counting_run(shape, token_ids, positions, block_tables):
         decode_batches.append(len(token_ids))
         return run(shape, token_ids, positions, block_tables)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -20,8 +21,12 @@ from engine.client import (
     register_backend,
 )
 
+if TYPE_CHECKING:
+    from engine.hf_generator import HFGenerator
+    from engine.llm_engine import LLMEngine
 
-def test_backends_are_chosen_by_name_from_a_registry(llm_engine) -> None:  # type: ignore[no-untyped-def]
+
+def test_backends_are_chosen_by_name_from_a_registry(llm_engine: LLMEngine) -> None:
     assert {"engine", "hf"} <= set(backends())
     made: list[EngineConfig] = []
 
@@ -45,7 +50,7 @@ def test_backends_are_chosen_by_name_from_a_registry(llm_engine) -> None:  # typ
 
 def test_synchronous_generators_are_wrapped_and_clients_passed_through(
     llm_engine, generator
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     wrapped, owned = as_engine_client(llm_engine)
     assert isinstance(wrapped, AsyncEngine) and owned
     same, owned_again = as_engine_client(wrapped)
@@ -56,7 +61,9 @@ def test_synchronous_generators_are_wrapped_and_clients_passed_through(
     assert hf.model_name == generator.model_name and hf.stats() is None
 
 
-def test_the_transformers_baseline_streams_its_result_and_can_be_aborted(generator) -> None:  # type: ignore[no-untyped-def]
+def test_the_transformers_baseline_streams_its_result_and_can_be_aborted(
+    generator: HFGenerator,
+) -> None:
     client = ThreadedClient(generator)
     text = client.apply_chat_template([{"role": "user", "content": "Name three colours."}])
     params = SamplingParams(max_tokens=8)

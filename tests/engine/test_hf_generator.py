@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 import torch
 from stop_checks import LOOP_REASON, stop_on_tail_loop
 
 from engine import FinishReason, PromptTooLongError, SamplingParams
 from engine.hf_generator import _PresenceFrequencyPenalty
+
+if TYPE_CHECKING:
+    from engine.hf_generator import HFGenerator
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -16,11 +21,11 @@ QUESTIONS = [
 ]
 
 
-def _prompt(generator, question: str) -> str:  # type: ignore[no-untyped-def]
+def _prompt(generator: HFGenerator, question: str) -> str:
     return generator.apply_chat_template([{"role": "user", "content": question}])
 
 
-def test_greedy_matches_transformers_generate_token_for_token(generator) -> None:  # type: ignore[no-untyped-def]
+def test_greedy_matches_transformers_generate_token_for_token(generator: HFGenerator) -> None:
     prompt = _prompt(generator, QUESTIONS[0])
     ours = generator.generate([prompt], SamplingParams(max_tokens=16))[0]
     ids = torch.tensor([ours.prompt_token_ids])
@@ -34,7 +39,7 @@ def test_greedy_matches_transformers_generate_token_for_token(generator) -> None
     assert "Paris" in ours.outputs[0].text
 
 
-def test_logprobs_are_the_models_own_chosen_token_logprobs(generator) -> None:  # type: ignore[no-untyped-def]
+def test_logprobs_are_the_models_own_chosen_token_logprobs(generator: HFGenerator) -> None:
     prompt = _prompt(generator, QUESTIONS[1])
     out = generator.generate([prompt], SamplingParams(max_tokens=12, logprobs=3))[0]
     completion = out.outputs[0]
@@ -54,7 +59,7 @@ def test_logprobs_are_the_models_own_chosen_token_logprobs(generator) -> None:  
         assert max(alternatives, key=alternatives.__getitem__) == token
 
 
-def test_batched_prompts_come_back_in_order_and_match_single_runs(generator) -> None:  # type: ignore[no-untyped-def]
+def test_batched_prompts_come_back_in_order_and_match_single_runs(generator: HFGenerator) -> None:
     prompts = [_prompt(generator, q) for q in QUESTIONS]
     params = SamplingParams(max_tokens=10)
     batched = generator.generate(prompts, params)
@@ -64,7 +69,7 @@ def test_batched_prompts_come_back_in_order_and_match_single_runs(generator) -> 
         assert out.outputs[0].token_ids == single.outputs[0].token_ids
 
 
-def test_n_samples_seeded_are_reproducible_and_distinct(generator) -> None:  # type: ignore[no-untyped-def]
+def test_n_samples_seeded_are_reproducible_and_distinct(generator: HFGenerator) -> None:
     prompt = _prompt(generator, "Write one sentence about the sea.")
     params = SamplingParams(n=4, temperature=1.0, top_p=0.95, seed=123, max_tokens=12)
     first = generator.generate([prompt], params)[0]
@@ -75,7 +80,7 @@ def test_n_samples_seeded_are_reproducible_and_distinct(generator) -> None:  # t
     assert all(len(o.logprobs) == len(o.token_ids) for o in first.outputs)
 
 
-def test_stop_string_ends_and_is_removed(generator) -> None:  # type: ignore[no-untyped-def]
+def test_stop_string_ends_and_is_removed(generator: HFGenerator) -> None:
     prompt = _prompt(generator, QUESTIONS[0])
     reference = generator.generate([prompt], SamplingParams(max_tokens=20))[0].outputs[0].text
     stop = " " + reference.split()[3]  # a word in the middle of the greedy answer
@@ -87,17 +92,17 @@ def test_stop_string_ends_and_is_removed(generator) -> None:  # type: ignore[no-
     assert completion.text == reference[: reference.index(stop)]
 
 
-def test_max_tokens_gives_length_finish_and_timings(generator) -> None:  # type: ignore[no-untyped-def]
+def test_max_tokens_gives_length_finish_and_timings(generator: HFGenerator) -> None:
     prompt = _prompt(generator, "Tell me a long story about a dragon.")
     out = generator.generate([prompt], SamplingParams(max_tokens=6))[0]
     assert out.outputs[0].finish_reason is FinishReason.LENGTH
     assert len(out.outputs[0].token_ids) == 6
     timing = out.timing
-    assert 0 < timing.time_to_first_token_s <= timing.e2e_latency_s  # type: ignore[operator]
+    assert 0 < timing.time_to_first_token_s <= timing.e2e_latency_s
     assert len(timing.inter_token_latencies_s) == 5
 
 
-def test_prompt_longer_than_the_context_is_an_error_or_truncated(generator) -> None:  # type: ignore[no-untyped-def]
+def test_prompt_longer_than_the_context_is_an_error_or_truncated(generator: HFGenerator) -> None:
     too_long = list(range(100, 100 + generator.max_model_len))
     with pytest.raises(PromptTooLongError, match="truncate_prompt_tokens"):
         generator.generate([too_long], SamplingParams(max_tokens=4))
@@ -105,7 +110,7 @@ def test_prompt_longer_than_the_context_is_an_error_or_truncated(generator) -> N
     assert out.prompt_token_ids == too_long[-64:]
 
 
-def test_mismatched_params_list_is_rejected(generator) -> None:  # type: ignore[no-untyped-def]
+def test_mismatched_params_list_is_rejected(generator: HFGenerator) -> None:
     with pytest.raises(ValueError, match="sampling params"):
         generator.generate(["a", "b"], [SamplingParams()])
 
@@ -117,7 +122,7 @@ def test_presence_and_frequency_penalties_only_touch_generated_tokens() -> None:
     assert scores[0].tolist() == [0.0, -1.0, -0.75, 0.0, 0.0]
 
 
-def test_stop_check_ends_rows_early_like_the_engine(generator) -> None:  # type: ignore[no-untyped-def]
+def test_stop_check_ends_rows_early_like_the_engine(generator: HFGenerator) -> None:
     prompts = [
         _prompt(generator, "Write the letter A fifty times."),  # loops under greedy decoding
         _prompt(generator, QUESTIONS[0]),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
@@ -10,6 +11,10 @@ from stop_checks import LOOP_REASON, stop_on_tail_loop
 
 from engine import EngineConfig, FinishReason, PromptTooLongError, SamplingParams
 from engine.llm_engine import LLMEngine
+
+if TYPE_CHECKING:
+    from engine.hf_generator import HFGenerator
+    from engine.llm_engine import LLMEngine
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -37,8 +42,8 @@ QUESTIONS = [
 
 
 @pytest.fixture
-def engine(llm_engine) -> LLMEngine:  # type: ignore[no-untyped-def]
-    return llm_engine  # type: ignore[no-any-return]
+def engine(llm_engine: LLMEngine) -> LLMEngine:
+    return llm_engine
 
 
 def chat(engine: LLMEngine, question: str) -> str:
@@ -58,7 +63,7 @@ def hf_greedy(model, prompt_ids: list[int], max_tokens: int, eos: list[int]) -> 
 @pytest.mark.slow  # 48 s: the default tier keeps shorter equivalence checks
 def test_greedy_is_token_identical_to_transformers_on_21_prompts(
     engine: LLMEngine, generator, monkeypatch: pytest.MonkeyPatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     prompts = [chat(engine, q) for q in QUESTIONS]
     params = SamplingParams(max_tokens=20)
     outputs = engine.generate(prompts, params)
@@ -77,7 +82,7 @@ def test_greedy_is_token_identical_to_transformers_on_21_prompts(
     batch = engine.scheduler.schedule
     groups_seen: list[int] = []
 
-    def counting_schedule():  # type: ignore[no-untyped-def]
+    def counting_schedule():
         scheduled = batch()
         groups_seen.append(
             len(
@@ -96,7 +101,9 @@ def test_greedy_is_token_identical_to_transformers_on_21_prompts(
         assert out.outputs[0].token_ids == tokens, out.prompt
 
 
-def test_chosen_token_logprobs_match_the_reference_model(engine: LLMEngine, generator) -> None:  # type: ignore[no-untyped-def]
+def test_chosen_token_logprobs_match_the_reference_model(
+    engine: LLMEngine, generator: HFGenerator
+) -> None:
     out = engine.generate([chat(engine, QUESTIONS[3])], SamplingParams(max_tokens=16, logprobs=2))[
         0
     ]
@@ -116,7 +123,7 @@ def test_chosen_token_logprobs_match_the_reference_model(engine: LLMEngine, gene
 
 def test_random_tiny_qwen2_with_qkv_bias_and_gqa_matches_transformers(
     tmp_path: Path, generator
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)

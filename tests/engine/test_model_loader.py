@@ -1,11 +1,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from engine import EngineConfig, ModelNotFoundError, SamplingParams
 from engine.model_loader import converted_gguf_dir, default_model_path, resolve_model
+
+if TYPE_CHECKING:
+    from engine.hf_generator import HFGenerator
 
 
 def test_default_resolves_to_the_embedded_gguf() -> None:
@@ -30,7 +34,9 @@ def test_missing_model_is_a_clear_error(tmp_path: Path) -> None:
         resolve_model(str(tmp_path))
 
 
-def test_gguf_is_converted_once_to_a_cached_safetensors_copy(generator, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_gguf_is_converted_once_to_a_cached_safetensors_copy(
+    generator: HFGenerator, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from engine import model_loader
 
     converted = converted_gguf_dir(generator.source, generator.config.cache_dir)
@@ -50,7 +56,9 @@ def test_gguf_is_converted_once_to_a_cached_safetensors_copy(generator, monkeypa
     )
 
 
-def test_a_hugging_face_model_directory_loads_and_generates(tmp_path: Path, generator) -> None:  # type: ignore[no-untyped-def]
+def test_a_hugging_face_model_directory_loads_and_generates(
+    tmp_path: Path, generator: HFGenerator
+) -> None:
     """Any HF directory works: a tiny random Llama saved with the default model's tokenizer."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM

@@ -77,7 +77,7 @@ def test_greedy_verification_keeps_the_agreeing_prefix_and_the_argmax_after_it()
     assert (
         every.top_logprobs[1] is not None
         and max(every.top_logprobs[1], key=every.top_logprobs[1].get) == 4
-    )  # type: ignore[arg-type]
+    )
     with pytest.raises(ValueError, match="one row of logits per draft token"):
         verify_draft(logits[:2], _rows(params, [3, 4, 0]), [3, 4, 0])
 

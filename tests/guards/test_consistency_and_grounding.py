@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -18,6 +19,9 @@ from guards import (
 )
 from guards.consistency import normalize_answer
 from guards.text import quoted_share
+
+if TYPE_CHECKING:
+    from rag.retrieval.embed import Embedder
 
 
 def ctx(answer: str, samples: list[str]) -> GuardContext:
@@ -56,7 +60,7 @@ def test_the_answers_own_sample_does_not_vote_for_it() -> None:
     assert backed.outcome is Outcome.PASS and backed.score == 1.0
 
 
-def test_embeddings_merge_paraphrases(embedder) -> None:  # type: ignore[no-untyped-def]
+def test_embeddings_merge_paraphrases(embedder: Embedder) -> None:
     samples = [
         "The KV cache stores keys and values of earlier tokens.",
         "It keeps the key and value tensors of previous tokens.",
@@ -70,11 +74,11 @@ def test_embeddings_merge_paraphrases(embedder) -> None:  # type: ignore[no-unty
 class _RagEmbedder:
     """rag.retrieval.embed.Embedder through the guards' protocol (as rag will wire it)."""
 
-    def __init__(self, embedder) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, embedder: Embedder) -> None:
         self.inner = embedder
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        return self.inner.embed(texts)  # type: ignore[no-any-return]
+        return self.inner.embed(texts)
 
 
 PASSAGES = (
@@ -83,7 +87,7 @@ PASSAGES = (
 )
 
 
-def grounding(answer: str, embedder=None) -> tuple[Outcome, dict]:  # type: ignore[no-untyped-def]
+def grounding(answer: str, embedder: Embedder = None) -> tuple[Outcome, dict]:
     result = GroundingGuard(embedder).check(GuardContext("q", answer, passages=PASSAGES))
     return result.outcome, dict(result.evidence)
 
@@ -115,13 +119,13 @@ def test_grounding_abstains_without_passages_or_statements() -> None:
     )
 
 
-def test_embedding_support_accepts_a_paraphrase(embedder) -> None:  # type: ignore[no-untyped-def]
+def test_embedding_support_accepts_a_paraphrase(embedder: Embedder) -> None:
     paraphrase = "It keeps earlier tokens' keys and values around."
     assert grounding(paraphrase)[0] is Outcome.FAIL  # too few shared words
     assert grounding(paraphrase, _RagEmbedder(embedder))[0] is Outcome.PASS
 
 
-def test_a_negated_claim_is_not_grounded_by_the_positive_statement(embedder) -> None:  # type: ignore[no-untyped-def]
+def test_a_negated_claim_is_not_grounded_by_the_positive_statement(embedder: Embedder) -> None:
     negated = "A KV cache does not store the key and value tensors of previous tokens [1]."
     assert grounding(negated)[0] is Outcome.FAIL
     assert grounding(negated, _RagEmbedder(embedder))[0] is Outcome.FAIL

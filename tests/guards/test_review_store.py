@@ -403,7 +403,7 @@ def test_queue_wide_queries_use_an_index_not_a_scan(tmp_path: Path) -> None:
     statements: list[tuple[str, tuple[object, ...]]] = []
 
     def record(conn: object, cursor: object, sql: str, params: object, *_: object) -> None:
-        statements.append((sql, tuple(params)))  # type: ignore[call-overload]
+        statements.append((sql, tuple(params)))
 
     event.listen(store.db.engine, "before_cursor_execute", record)
     store.add(flagged("one more"))

@@ -8,7 +8,9 @@ import csv
 import inspect
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -26,9 +28,12 @@ from rag.errors import (
 )
 from rag.server import create_app
 
+if TYPE_CHECKING:
+    from rag.pipeline import Pipeline
+
 
 @pytest.fixture
-def server_url(demo_pipeline, live_server) -> str:  # type: ignore[no-untyped-def]
+def server_url(demo_pipeline: Pipeline, live_server: Callable[[object], str]) -> str:
     return str(live_server(create_app(pipeline=demo_pipeline)))
 
 
@@ -98,7 +103,7 @@ def test_async_review_methods_have_the_sync_signatures(name: str) -> None:
     assert inspect.signature(async_method) == inspect.signature(getattr(Client, name))
 
 
-def test_async_client_reviews_through_the_app(demo_pipeline) -> None:  # type: ignore[no-untyped-def]
+def test_async_client_reviews_through_the_app(demo_pipeline: Pipeline) -> None:
     app = create_app(pipeline=demo_pipeline)
     with TestClient(app):  # runs the lifespan, which opens the review store
         store = app.state.ragguard.reviews
@@ -152,7 +157,7 @@ def test_async_client_reviews_through_the_app(demo_pipeline) -> None:  # type: i
     assert [(r["id"], r["edited_answer"]) for r in table] == [(second, "No [1].")]
 
 
-def test_the_sdk_escalates_to_a_named_reviewer(demo_pipeline) -> None:  # type: ignore[no-untyped-def]
+def test_the_sdk_escalates_to_a_named_reviewer(demo_pipeline: Pipeline) -> None:
     app = create_app(pipeline=demo_pipeline)
     with TestClient(app):
         item = app.state.ragguard.reviews.add(NewItem("three?", "Maybe.", index_name="demo")).id

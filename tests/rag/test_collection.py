@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import sqlite3
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -18,6 +19,10 @@ from rag.retrieval.collection import CollectionRegistry, CommitPolicy
 from rag.retrieval.documents import Document
 from rag.retrieval.index import VectorIndex
 
+if TYPE_CHECKING:
+    from rag.pipeline import Pipeline
+    from rag.retrieval.embed import Embedder
+
 FACTS = {
     "kv": "A KV cache stores attention keys and values so they are not recomputed.",
     "paris": "Paris is the capital of France and lies on the Seine.",
@@ -25,13 +30,13 @@ FACTS = {
 }
 
 
-def registry(path: Path, embedder) -> CollectionRegistry:  # type: ignore[no-untyped-def]
+def registry(path: Path, embedder: Embedder) -> CollectionRegistry:
     return CollectionRegistry(path, embedder, chunk_size=64, chunk_overlap=8)
 
 
 def test_ingest_skips_unchanged_replaces_changed_and_survives_restart(
     tmp_path: Path, embedder
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     reg = registry(tmp_path, embedder)
     collection = reg.get("kb", create=True)
     report = collection.ingest([Document(k, v) for k, v in FACTS.items()])
@@ -52,7 +57,7 @@ def test_ingest_skips_unchanged_replaces_changed_and_survives_restart(
     assert hit.chunk.doc_id == "kv" and hit.score > 0.5
 
 
-def test_delete_then_reingest(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+def test_delete_then_reingest(tmp_path: Path, embedder: Embedder) -> None:
     collection = registry(tmp_path, embedder).get("kb", create=True)
     collection.ingest([Document(k, v) for k, v in FACTS.items()])
     collection.delete("moon")
@@ -63,7 +68,7 @@ def test_delete_then_reingest(tmp_path: Path, embedder) -> None:  # type: ignore
     assert collection.search("How long does the Moon take to orbit?", 1)[0].chunk.doc_id == "moon"
 
 
-def test_unknown_and_invalid_index_names(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_and_invalid_index_names(tmp_path: Path, embedder: Embedder) -> None:
     reg = registry(tmp_path, embedder)
     with pytest.raises(IndexNotFoundError, match="ragguard ingest"):
         reg.get("missing")
@@ -71,7 +76,9 @@ def test_unknown_and_invalid_index_names(tmp_path: Path, embedder) -> None:  # t
         reg.get("../escape", create=True)
 
 
-def test_index_built_with_another_embedding_model_is_refused(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+def test_index_built_with_another_embedding_model_is_refused(
+    tmp_path: Path, embedder: Embedder
+) -> None:
     VectorIndex.create(
         tmp_path / "old", embedding_model="bge-small", dimension=embedder.dimension
     ).close()
@@ -79,7 +86,7 @@ def test_index_built_with_another_embedding_model_is_refused(tmp_path: Path, emb
         registry(tmp_path, embedder).get("old")
 
 
-def test_an_interrupted_first_demo_build_is_completed(pipeline) -> None:  # type: ignore[no-untyped-def]
+def test_an_interrupted_first_demo_build_is_completed(pipeline: Pipeline) -> None:
     from rag.demo import ensure_demo_index
 
     pipeline.collections.get("demo", create=True)  # created, then "killed" before ingesting
@@ -110,7 +117,7 @@ class _EmbedderThatDies:
 
 def test_an_interrupted_ingestion_keeps_its_committed_groups_and_the_rerun_skips_them(
     tmp_path: Path, embedder
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     import faiss
 
     docs = [
@@ -161,7 +168,7 @@ def test_commit_groups_are_bounded_by_chunks_by_time_and_by_the_cost_of_a_commit
         CommitPolicy(max_chunks=0)
 
 
-def test_commit_groups_come_from_the_settings(embedder) -> None:  # type: ignore[no-untyped-def]
+def test_commit_groups_come_from_the_settings(embedder: Embedder) -> None:
     from rag.settings import Settings
 
     settings = Settings(
@@ -171,7 +178,9 @@ def test_commit_groups_come_from_the_settings(embedder) -> None:  # type: ignore
     assert registry.commit_policy == CommitPolicy(7, 2.5, 0.1)
 
 
-def test_an_index_whose_creation_was_interrupted_is_created_again(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+def test_an_index_whose_creation_was_interrupted_is_created_again(
+    tmp_path: Path, embedder: Embedder
+) -> None:
     (tmp_path / "kb").mkdir()
     VectorIndex._connect(tmp_path / "kb").close()  # killed before the metadata was committed
     reg = registry(tmp_path, embedder)
@@ -182,7 +191,9 @@ def test_an_index_whose_creation_was_interrupted_is_created_again(tmp_path: Path
     assert registry(tmp_path, embedder).get("kb").info().num_documents == 1
 
 
-def test_a_group_is_committed_once_it_took_max_seconds_to_embed(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+def test_a_group_is_committed_once_it_took_max_seconds_to_embed(
+    tmp_path: Path, embedder: Embedder
+) -> None:
     docs = [
         Document(f"d{i:02d}", f"Fact number {i:02d} is about topic {i:02d}.") for i in range(12)
     ]

@@ -2,11 +2,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from rag.errors import DocumentParseError, InvalidInputError, UnsupportedFileTypeError
 from rag.retrieval.documents import Chunker, Document, load_path, parse_bytes
+
+if TYPE_CHECKING:
+    from rag.retrieval.embed import Embedder
 
 
 def make_pdf(text: str) -> bytes:
@@ -91,7 +95,7 @@ def test_content_hash_changes_with_text_or_metadata() -> None:
     assert a.content_hash != Document("d", "text", {"k": 2}).content_hash
 
 
-def test_chunks_respect_the_size_in_embedding_tokens(embedder) -> None:  # type: ignore[no-untyped-def]
+def test_chunks_respect_the_size_in_embedding_tokens(embedder: Embedder) -> None:
     text = " ".join(f"Sentence number {i} talks about key value caches." for i in range(200))
     chunker = Chunker(embedder.tokenize, chunk_size=64, chunk_overlap=8)
     chunks = chunker.split(Document("doc", text))
@@ -101,6 +105,6 @@ def test_chunks_respect_the_size_in_embedding_tokens(embedder) -> None:  # type:
     assert chunker.split(Document("empty", "   ")) == []
 
 
-def test_overlap_must_be_smaller_than_size(embedder) -> None:  # type: ignore[no-untyped-def]
+def test_overlap_must_be_smaller_than_size(embedder: Embedder) -> None:
     with pytest.raises(InvalidInputError, match="chunk_overlap"):
         Chunker(embedder.tokenize, chunk_size=32, chunk_overlap=32)

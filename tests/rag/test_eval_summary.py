@@ -24,7 +24,7 @@ ITEMS = [
 ]
 
 
-def record(item_id: str, answer: str, confidence: float, decision: str, ranks: list) -> dict:  # type: ignore[type-arg]
+def record(item_id: str, answer: str, confidence: float, decision: str, ranks: list) -> dict:
     return {
         "id": item_id,
         "answer": answer,

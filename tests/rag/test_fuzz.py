@@ -21,7 +21,7 @@ import shutil
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import schemathesis
@@ -36,6 +36,10 @@ from rag.pipeline import Pipeline
 from rag.server import create_app
 from rag.server.auth import KeyStore, Role
 from rag.settings import Settings
+
+if TYPE_CHECKING:
+    from engine.llm_engine import LLMEngine
+    from rag.retrieval.embed import Embedder
 
 MAX_EXAMPLES = 40
 """Random examples per operation (the examples and coverage phases add their own cases)."""
@@ -90,8 +94,11 @@ fuzzed = _fuzzed_schema()
 
 
 @pytest.fixture(scope="module")
-def target(  # type: ignore[no-untyped-def]
-    embedder, llm_engine, demo_index_template, tmp_path_factory
+def target(
+    embedder: Embedder,
+    llm_engine: LLMEngine,
+    demo_index_template: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[FastAPI, dict[str, str]]]:
     """The app over a fresh copy of the demo index, and the admin's headers."""
     root: Path = tmp_path_factory.mktemp("fuzz")

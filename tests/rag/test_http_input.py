@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -17,11 +17,14 @@ from rag.retrieval.collection import check_index_name
 from rag.server import create_app
 from rag.settings import MAX_QUESTION_CHARS, Settings
 
+if TYPE_CHECKING:
+    from rag.pipeline import Pipeline
+
 JSON = {"content-type": "application/json"}
 
 
 @pytest.fixture
-def client(fake_pipeline) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def client(fake_pipeline: Pipeline) -> Iterator[TestClient]:
     with TestClient(create_app(pipeline=fake_pipeline)) as http:
         yield http
 
@@ -144,7 +147,7 @@ def test_the_openai_routes_are_strict_too(client: TestClient, model: str) -> Non
 
 
 @pytest.fixture
-def model(fake_pipeline) -> str:  # type: ignore[no-untyped-def]
+def model(fake_pipeline: Pipeline) -> str:
     name: str = fake_pipeline.engine.model_name
     return name
 

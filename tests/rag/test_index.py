@@ -88,13 +88,15 @@ def test_missing_index_and_bad_input(tmp_path: Path) -> None:
     assert not (tmp_path / "ix").exists()
 
 
-def test_failure_during_the_database_write_keeps_the_old_index(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_failure_during_the_database_write_keeps_the_old_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     index = create(tmp_path / "ix")
     index.write([doc("a", 2, 10)])
     calls = {"n": 0}
     original = VectorIndex._insert_rows
 
-    def failing_insert(self, document, chunks, vectors):  # type: ignore[no-untyped-def]
+    def failing_insert(self, document, chunks, vectors):
         calls["n"] += 1
         if calls["n"] == 2:
             raise OSError("disk full")
@@ -113,7 +115,7 @@ def test_failure_during_the_database_write_keeps_the_old_index(tmp_path: Path, m
 
 def test_failure_writing_faiss_after_commit_leaves_a_consistent_index(
     tmp_path: Path, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     import faiss
 
     index = create(tmp_path / "ix")

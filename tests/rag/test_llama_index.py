@@ -6,6 +6,7 @@ answering ragguard's questions. The fakes stand in for the models (``tests.fakes
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 import pytest
 from llama_index.core import Document, VectorStoreIndex
@@ -26,6 +27,10 @@ from rag.integrations.llama_index import (
 )
 from tests.fakes import HashingEmbedder, ScriptedGenerator
 
+if TYPE_CHECKING:
+    from engine.llm_engine import LLMEngine
+    from rag.pipeline import Pipeline
+
 TEAM_DOCS = {
     "leave": "New hires get 25 vacation days per year. Unused days carry over to March.",
     "laptops": "Every engineer receives a laptop on the first day; it is replaced every three "
@@ -37,7 +42,7 @@ QUESTION = "How many vacation days do new hires get?"
 
 @pytest.fixture
 def llm() -> RagGuardLLM:
-    return RagGuardLLM(ThreadedClient(ScriptedGenerator()), max_tokens=32)  # type: ignore[arg-type]
+    return RagGuardLLM(ThreadedClient(ScriptedGenerator()), max_tokens=32)
 
 
 @pytest.fixture
@@ -45,7 +50,7 @@ def vector_index() -> VectorStoreIndex:
     documents = [Document(text=text, doc_id=doc_id) for doc_id, text in TEAM_DOCS.items()]
     return VectorStoreIndex.from_documents(
         documents, embed_model=RagGuardEmbedding(HashingEmbedder())
-    )  # type: ignore[arg-type]
+    )
 
 
 def test_the_llm_completes_chats_and_streams(llm: RagGuardLLM) -> None:
@@ -93,7 +98,7 @@ def test_the_postprocessor_rescores_drops_and_caps(vector_index: VectorStoreInde
         gate.postprocess_nodes(nodes)
 
 
-def test_the_guards_evaluate_a_llama_index_response(fake_pipeline) -> None:  # type: ignore[no-untyped-def]
+def test_the_guards_evaluate_a_llama_index_response(fake_pipeline: Pipeline) -> None:
     evaluator = GuardEvaluator.from_pipeline(fake_pipeline)
     supported = evaluator.evaluate(
         query=QUESTION,
@@ -157,7 +162,7 @@ def test_llama_index_retrievers_answer_ragguard_questions(fake_pipeline, vector_
         fake_pipeline.ask(QUESTION, index="team")
 
 
-def test_the_llm_over_our_real_engine_gives_the_engines_answer(llm_engine) -> None:  # type: ignore[no-untyped-def]
+def test_the_llm_over_our_real_engine_gives_the_engines_answer(llm_engine: LLMEngine) -> None:
     from engine.client import as_engine_client
     from engine.sampling_params import SamplingParams
 

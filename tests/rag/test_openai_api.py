@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import openai
@@ -21,6 +21,9 @@ from rag.server import create_app
 from rag.server.admission import Admission
 from rag.server.auth import Role
 
+if TYPE_CHECKING:
+    from rag.pipeline import Pipeline
+
 QUESTION = "What does a KV cache avoid recomputing?"
 CHAT: list[ChatCompletionMessageParam] = [
     {"role": "system", "content": "You are a concise assistant."},
@@ -29,7 +32,7 @@ CHAT: list[ChatCompletionMessageParam] = [
 
 
 @pytest.fixture
-def http(demo_pipeline) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def http(demo_pipeline: Pipeline) -> Iterator[TestClient]:
     with TestClient(create_app(pipeline=demo_pipeline)) as test_client:
         yield test_client
 
@@ -43,7 +46,7 @@ def client(http: TestClient) -> openai.OpenAI:
 
 
 @pytest.fixture
-def model(demo_pipeline) -> str:  # type: ignore[no-untyped-def]
+def model(demo_pipeline: Pipeline) -> str:
     name: str = demo_pipeline.engine.model_name
     return name
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from guards.registry import registered_guards
@@ -10,8 +12,14 @@ from rag.errors import IndexNotFoundError, InvalidInputError
 from rag.prompt import build_messages
 from rag.types import Passage, Result
 
+if TYPE_CHECKING:
+    from engine.hf_generator import HFGenerator
+    from engine.llm_engine import LLMEngine
+    from rag.pipeline import Pipeline
+    from rag.settings import Settings
 
-def test_demo_question_is_answered_with_a_citation_of_the_fact(demo_pipeline) -> None:  # type: ignore[no-untyped-def]
+
+def test_demo_question_is_answered_with_a_citation_of_the_fact(demo_pipeline: Pipeline) -> None:
     result = demo_pipeline.ask("What does a KV cache avoid recomputing?")
     assert not result.abstained
     assert result.citations, result.answer
@@ -25,8 +33,10 @@ def test_demo_question_is_answered_with_a_citation_of_the_fact(demo_pipeline) ->
     assert Result.from_dict(result.to_dict()) == result
 
 
-def test_irrelevant_question_abstains_without_calling_the_model(demo_pipeline, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    def no_generation(*args, **kwargs):  # type: ignore[no-untyped-def]
+def test_irrelevant_question_abstains_without_calling_the_model(
+    demo_pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_generation(*args, **kwargs):
         raise AssertionError("the model must not be called")
 
     monkeypatch.setattr(demo_pipeline.engine, "generate", no_generation)
@@ -36,7 +46,7 @@ def test_irrelevant_question_abstains_without_calling_the_model(demo_pipeline, m
     assert result.usage.completion_tokens == 0
 
 
-def test_bad_questions_and_unknown_index(demo_pipeline) -> None:  # type: ignore[no-untyped-def]
+def test_bad_questions_and_unknown_index(demo_pipeline: Pipeline) -> None:
     with pytest.raises(InvalidInputError, match="empty"):
         demo_pipeline.ask("   ")
     with pytest.raises(InvalidInputError, match="at most 2000"):
@@ -47,7 +57,7 @@ def test_bad_questions_and_unknown_index(demo_pipeline) -> None:  # type: ignore
         demo_pipeline.ask("What is a KV cache?", topk=3)
 
 
-def test_same_passages_reuse_the_prompts_kv(demo_pipeline, llm_engine) -> None:  # type: ignore[no-untyped-def]
+def test_same_passages_reuse_the_prompts_kv(demo_pipeline: Pipeline, llm_engine: LLMEngine) -> None:
     # Both retrieve the same four demo passages, ranked differently: the second prompt reuses
     # the first one's order, so it is cached up to its question.
     first = demo_pipeline.ask("What does a KV cache avoid recomputing?", max_tokens=4)
@@ -88,7 +98,9 @@ def test_citation_attribution() -> None:
     assert is_declined("Sorry, I do not know.") and not is_declined("The cache stores keys.")
 
 
-def test_passages_are_dropped_until_the_prompt_fits_the_context(demo_pipeline, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_passages_are_dropped_until_the_prompt_fits_the_context(
+    demo_pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(demo_pipeline.engine.engine, "max_model_len", 700)
     result = demo_pipeline.ask(
         "How do batching and the KV cache interact?", top_k=8, min_score=0.0, max_tokens=8
@@ -101,14 +113,14 @@ def test_passages_are_dropped_until_the_prompt_fits_the_context(demo_pipeline, m
         demo_pipeline.ask("What is a KV cache?", max_tokens=690)
 
 
-def test_invalid_sampling_values_are_input_errors(demo_pipeline) -> None:  # type: ignore[no-untyped-def]
+def test_invalid_sampling_values_are_input_errors(demo_pipeline: Pipeline) -> None:
     with pytest.raises(InvalidInputError, match="temperature"):
         demo_pipeline.ask("What is a KV cache?", temperature=9.0)
     with pytest.raises(InvalidInputError, match="top_k"):
         demo_pipeline.ask("What is a KV cache?", top_k=0)
 
 
-def test_asking_while_ingesting_from_other_threads(demo_pipeline) -> None:  # type: ignore[no-untyped-def]
+def test_asking_while_ingesting_from_other_threads(demo_pipeline: Pipeline) -> None:
     """The server runs these concurrently: the shared embedder and index must cope."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -134,7 +146,9 @@ def test_asking_while_ingesting_from_other_threads(demo_pipeline) -> None:  # ty
             assert len(demo_pipeline.embedder.tokenize(chunk.text)) <= chunk_size
 
 
-def test_the_transformers_generator_is_a_drop_in_replacement(demo_pipeline, generator) -> None:  # type: ignore[no-untyped-def]
+def test_the_transformers_generator_is_a_drop_in_replacement(
+    demo_pipeline: Pipeline, generator: HFGenerator
+) -> None:
     """RAGGUARD_GENERATOR=hf: same pipeline, same answer shape, and greedy gives the same text."""
     from rag.pipeline import Pipeline
 
@@ -154,7 +168,7 @@ def test_settings_choose_the_generator_backend() -> None:
         build_engine_client(EngineConfig(), "vllm")
 
 
-def test_every_answer_is_checked_and_decided(demo_pipeline) -> None:  # type: ignore[no-untyped-def]
+def test_every_answer_is_checked_and_decided(demo_pipeline: Pipeline) -> None:
     result = demo_pipeline.ask("What does a KV cache avoid recomputing?")
     names = {g.name for g in result.guard_results}
     # every registered guard, the graph's included; the verifier only with RAGGUARD_VERIFIER
@@ -169,7 +183,7 @@ def test_every_answer_is_checked_and_decided(demo_pipeline) -> None:  # type: ig
     assert "guards_s" in result.timings
 
 
-def test_self_verification_asks_the_generator_on_the_shared_prefix(demo_pipeline) -> None:  # type: ignore[no-untyped-def]
+def test_self_verification_asks_the_generator_on_the_shared_prefix(demo_pipeline: Pipeline) -> None:
     from rag.pipeline import Pipeline
 
     settings = demo_pipeline.settings.model_copy(update={"self_verification": True})
@@ -185,7 +199,7 @@ def test_self_verification_asks_the_generator_on_the_shared_prefix(demo_pipeline
     assert verdict.outcome in ("pass", "fail") and verdict.score == result.verification
 
 
-def test_low_confidence_goes_to_review_durably_or_abstains(demo_pipeline) -> None:  # type: ignore[no-untyped-def]
+def test_low_confidence_goes_to_review_durably_or_abstains(demo_pipeline: Pipeline) -> None:
     from guards.review import ReviewStore, Status
 
     question = "What does a KV cache avoid recomputing?"
@@ -208,7 +222,7 @@ def test_low_confidence_goes_to_review_durably_or_abstains(demo_pipeline) -> Non
         demo_pipeline.ask(question, abstain_below=0.8, review_below=0.5)
 
 
-def test_several_candidates_vote(demo_pipeline) -> None:  # type: ignore[no-untyped-def]
+def test_several_candidates_vote(demo_pipeline: Pipeline) -> None:
     demo_pipeline.settings.num_candidates = 3
     result = demo_pipeline.ask("What does a KV cache avoid recomputing?", seed=5, max_tokens=24)
     consistency = next(g for g in result.guard_results if g.name == "self_consistency")
@@ -261,7 +275,9 @@ def test_the_speculative_settings_reach_the_engine_config(monkeypatch: pytest.Mo
         Settings(_env_file=None)
 
 
-def test_the_system_prompt_is_a_setting_and_self_verification_shares_it(pipeline, settings) -> None:  # type: ignore[no-untyped-def]
+def test_the_system_prompt_is_a_setting_and_self_verification_shares_it(
+    pipeline: Pipeline, settings: Settings
+) -> None:
     from rag.stages.generate import GenerateStage
     from rag.types import AskOptions
     from rag.verification import SelfVerifier

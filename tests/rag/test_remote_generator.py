@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -24,6 +25,9 @@ from engine.sampling_params import SamplingParams
 from guards import Action
 from rag.pipeline import Pipeline
 from rag.settings import Settings
+
+if TYPE_CHECKING:
+    from engine.llm_engine import LLMEngine
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]  # a second server process: ~55 s
 
@@ -81,7 +85,9 @@ def remote(remote_url: str) -> RemoteClient:
     return RemoteClient(RemoteConfig(remote_url, tokenizer="default"), max_model_len=None)
 
 
-def test_greedy_answers_equal_the_local_engines(remote: RemoteClient, llm_engine) -> None:  # type: ignore[no-untyped-def]
+def test_greedy_answers_equal_the_local_engines(
+    remote: RemoteClient, llm_engine: LLMEngine
+) -> None:
     prompt = remote.apply_chat_template(PROMPT_MESSAGES)
     assert prompt == llm_engine.apply_chat_template(PROMPT_MESSAGES)
     assert remote.count_tokens(prompt) == llm_engine.count_tokens(prompt)

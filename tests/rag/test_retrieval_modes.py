@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import pytest
 from fastapi.testclient import TestClient
@@ -14,11 +15,14 @@ from rag.server import create_app
 from rag.settings import Settings
 from rag.types import AskOptions
 
+if TYPE_CHECKING:
+    from rag.pipeline import Pipeline
+
 QUESTION = "How does speculative decoding use a draft model?"
 
 
 @pytest.fixture
-def client(fake_pipeline) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def client(fake_pipeline: Pipeline) -> Iterator[TestClient]:
     with TestClient(create_app(pipeline=fake_pipeline)) as http:
         yield http
 
@@ -29,12 +33,14 @@ def ask(client: TestClient, **body: object) -> list[str]:
     return [p["doc_id"] for p in response.json()["passages"]]
 
 
-def bm25_built(pipeline) -> bool:  # type: ignore[no-untyped-def]
+def bm25_built(pipeline: Pipeline) -> bool:
     """Whether a BM25 search has run on the demo index (it saves ``bm25-<generation>/``)."""
     return any((pipeline.settings.index_dir / "demo").glob("bm25-*"))
 
 
-def test_each_mode_answers_and_the_request_chooses(client: TestClient, fake_pipeline) -> None:  # type: ignore[no-untyped-def]
+def test_each_mode_answers_and_the_request_chooses(
+    client: TestClient, fake_pipeline: Pipeline
+) -> None:
     dense = ask(client, retrieval="dense", top_k=3)
     assert len(dense) == 3 and not bm25_built(fake_pipeline)
     for mode in ("bm25", "hybrid"):
@@ -48,7 +54,7 @@ def test_an_unknown_mode_is_a_422(client: TestClient) -> None:
     assert response.status_code == 422 and response.json()["error"] == "invalid_request"
 
 
-def test_the_setting_is_the_default_and_a_request_overrides_it(fake_pipeline) -> None:  # type: ignore[no-untyped-def]
+def test_the_setting_is_the_default_and_a_request_overrides_it(fake_pipeline: Pipeline) -> None:
     options = AskOptions(min_score=-1.0, top_k=3)
     fake_pipeline.ask_with(QUESTION, options)
     assert not bm25_built(fake_pipeline)  # the default setting: dense
@@ -65,4 +71,4 @@ def test_the_setting_is_the_default_and_a_request_overrides_it(fake_pipeline) ->
 
 def test_the_setting_refuses_an_unknown_mode() -> None:
     with pytest.raises(ValueError, match="retrieval"):
-        Settings(retrieval="sparse", _env_file=None)  # type: ignore[arg-type]
+        Settings(retrieval="sparse", _env_file=None)

@@ -9,6 +9,8 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from fastapi.testclient import TestClient
@@ -20,13 +22,16 @@ from rag.server.auth import KeyStore, Role, check_bind
 from rag.server.routers import reviews
 from rag.server.routers.reviews import export_rows
 
+if TYPE_CHECKING:
+    from rag.pipeline import Pipeline
+
 QUESTION = "What does a KV cache avoid recomputing?"
 ANN = {"x-reviewer": "ann"}
 BOB = {"x-reviewer": "bob"}
 
 
 @pytest.fixture
-def client(fake_pipeline) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def client(fake_pipeline: Pipeline) -> Iterator[TestClient]:
     fake_pipeline.checker.policy = Policy(abstain_below=0.0, review_below=1.0)  # all to review
     with TestClient(create_app(pipeline=fake_pipeline)) as http:
         yield http
@@ -382,7 +387,7 @@ def test_without_keys_web_pages_elsewhere_cannot_act_as_admin(client: TestClient
     assert "script-src 'self'" in served.headers["content-security-policy"]
 
 
-def test_serving_beyond_loopback_needs_keys(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_serving_beyond_loopback_needs_keys(tmp_path: Path) -> None:
     keys = KeyStore(tmp_path / "keys.sqlite")
     assert "loopback only" in check_bind("127.0.0.1", keys)
     assert "loopback only" in check_bind("::1", keys)

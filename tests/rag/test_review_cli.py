@@ -6,13 +6,18 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from guards import Policy
 from guards.review import NewItem, ReviewStore
 from rag.cli import main
+
+if TYPE_CHECKING:
+    from rag.pipeline import Pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -102,7 +107,7 @@ def test_serve_refuses_to_listen_beyond_loopback_without_keys(tmp_path: Path) ->
 
 
 @pytest.fixture
-def server(demo_pipeline, live_server) -> str:  # type: ignore[no-untyped-def]
+def server(demo_pipeline: Pipeline, live_server: Callable[[object], str]) -> str:
     from rag.server import create_app
 
     demo_pipeline.checker.policy = Policy(abstain_below=0.0, review_below=1.0)

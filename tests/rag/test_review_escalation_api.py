@@ -32,7 +32,7 @@ def queued(client: TestClient, question: str = "Is it true?") -> str:
     return str(store.add(NewItem(question, "Yes.", confidence=0.1)).id)
 
 
-def escalate(client: TestClient, item_id: str, who: dict[str, str], **body: str) -> dict:  # type: ignore[type-arg]
+def escalate(client: TestClient, item_id: str, who: dict[str, str], **body: str) -> dict:
     assert client.post(f"/v1/reviews/{item_id}/claim", headers=who).status_code == 200
     done = client.post(
         f"/v1/reviews/{item_id}/resolve", headers=who, json={"action": "escalate", **body}

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 
 from guards import Policy
+
+if TYPE_CHECKING:
+    from rag.pipeline import Pipeline
 
 pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +41,7 @@ if not Path(CHROMIUM).is_file():
 
 
 @pytest.fixture
-def server(demo_pipeline, live_server) -> str:  # type: ignore[no-untyped-def]
+def server(demo_pipeline: Pipeline, live_server: Callable[[object], str]) -> str:
     from rag.server import create_app
 
     demo_pipeline.checker.policy = Policy(abstain_below=0.0, review_below=1.0)  # all to review
@@ -152,7 +156,7 @@ def test_a_reviewer_edits_and_approves_flagged_answers_in_the_browser(server: st
 
 def test_a_second_reviewer_rates_resolved_items_from_the_page(
     server: str, page, demo_pipeline
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     expect = sync_api.expect
     demo_pipeline.reviews.store.min_ratings = 2
     ask = httpx.Client(base_url=server, timeout=120)
@@ -188,7 +192,9 @@ def test_a_second_reviewer_rates_resolved_items_from_the_page(
 
 
 @pytest.fixture
-def queue_server(tmp_path: Path, live_server) -> Iterator[tuple[str, object]]:  # type: ignore[no-untyped-def]
+def queue_server(
+    tmp_path: Path, live_server: Callable[[object], str]
+) -> Iterator[tuple[str, object]]:
     """The server without a model (it fails to load; the queue does not need it), and its store."""
     from rag.server import create_app
     from rag.settings import Settings

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from guards import Policy
 from guards.review import Resolution
 from rag.retrieval.documents import Document
 
+if TYPE_CHECKING:
+    from rag.pipeline import Pipeline
 
-def test_an_edited_answer_is_served_until_the_index_changes(demo_pipeline) -> None:  # type: ignore[no-untyped-def]
+
+def test_an_edited_answer_is_served_until_the_index_changes(demo_pipeline: Pipeline) -> None:
     question = "What does a KV cache avoid recomputing?"
     demo_pipeline.checker.policy = Policy(abstain_below=0.0, review_below=1.0)
     flagged = demo_pipeline.ask(question, max_tokens=8)

@@ -7,6 +7,7 @@ import multiprocessing
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -14,9 +15,12 @@ from fastapi.testclient import TestClient
 
 from rag.server import create_app
 
+if TYPE_CHECKING:
+    from rag.pipeline import Pipeline
+
 
 @pytest.fixture
-def client(demo_pipeline) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def client(demo_pipeline: Pipeline) -> Iterator[TestClient]:
     demo_pipeline.settings.max_upload_bytes = 4096
     with TestClient(create_app(pipeline=demo_pipeline)) as http:
         yield http
@@ -280,7 +284,9 @@ def test_request_id_is_echoed_and_shared_with_the_result(client: TestClient) -> 
     assert response.json()["request_id"] == "trace-123"
 
 
-def test_an_unreadable_index_is_left_out_of_the_listing(client: TestClient, demo_pipeline) -> None:  # type: ignore[no-untyped-def]
+def test_an_unreadable_index_is_left_out_of_the_listing(
+    client: TestClient, demo_pipeline: Pipeline
+) -> None:
     from rag.retrieval.index import VectorIndex
 
     index_dir = demo_pipeline.settings.index_dir

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -22,6 +22,9 @@ from rag import AsyncClient, Client
 from rag.errors import DeadlineExceededError, OverloadedError
 from rag.server import create_app
 from rag.types import PassagesEvent, ResultEvent, TokenEvent
+
+if TYPE_CHECKING:
+    from rag.pipeline import Pipeline
 
 QUESTION = "What does a KV cache avoid recomputing?"
 
@@ -35,7 +38,7 @@ class Live:
 
 
 @pytest.fixture
-def live(demo_pipeline, live_server) -> Live:  # type: ignore[no-untyped-def]
+def live(demo_pipeline: Pipeline, live_server: Callable[[object], str]) -> Live:
     app = create_app(pipeline=demo_pipeline)
     return Live(live_server(app), demo_pipeline, app.state.ragguard)
 
@@ -57,7 +60,7 @@ def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 60.0) ->
         time.sleep(0.05)
 
 
-def sse(response: httpx.Response) -> Iterator[tuple[str, dict]]:  # type: ignore[type-arg]
+def sse(response: httpx.Response) -> Iterator[tuple[str, dict]]:
     event = "message"
     for line in response.iter_lines():
         if line.startswith("event:"):
@@ -109,7 +112,7 @@ def test_a_client_that_disconnects_stops_its_generation_and_queues_nothing(
     engine = live.pipeline.engine.engine
     step = engine.step
 
-    def slow_step():  # type: ignore[no-untyped-def]
+    def slow_step():
         time.sleep(0.1)  # so the generation is surely still running when the client leaves
         return step()
 
@@ -158,7 +161,7 @@ def test_overload_is_refused_with_429_and_retry_after(
     checker, checking, release = live.pipeline.checker, threading.Event(), threading.Event()
     check = checker.check
 
-    def held_check(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def held_check(*args, **kwargs):
         checking.set()
         release.wait(timeout=120)
         return check(*args, **kwargs)
