@@ -178,6 +178,15 @@ class Server:
         if self.proc is not None:
             self.proc.wait(timeout=60)
 
+    def died_by_sigkill(self, grace_s: float = 30.0) -> bool:
+        """Whether the server killed itself. A client sees its connection close while the
+        kernel is still tearing the process down, before it can be reaped: wait for that."""
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout=grace_s) == -signal.SIGKILL
+        except subprocess.TimeoutExpired:
+            return False  # still running: the writers stopped for another reason
+
     def log(self) -> str:
         return (self.tmp / "server.log").read_text(errors="replace")[-4000:]
 
@@ -228,7 +237,7 @@ def hammer(server: Server, kill: str, ready: str, writers: list[Writer]) -> Acks
         thread.start()
     for thread in threads:
         thread.join(timeout=DEADLINE_S)
-    died_by_itself = server.proc is not None and server.proc.poll() == -signal.SIGKILL
+    died_by_itself = server.proc is not None and server.died_by_sigkill()
     server.kill()  # also when every writer ran out of work first
     assert not any(t.is_alive() for t in threads), "a writer hangs"
     assert not errors, errors
