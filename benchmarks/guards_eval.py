@@ -51,6 +51,7 @@ from engine.hf_generator import HFGenerator
 from engine.llm_engine import LLMEngine
 from guards import (
     Candidate,
+    ClaimVerdict,
     ConfidenceModel,
     Evidence,
     GroundingGuard,
@@ -60,11 +61,11 @@ from guards import (
     LoopStop,
     Outcome,
     RepetitionGuard,
+    check_answer,
     expected_calibration_error,
     features,
 )
 from guards.alignment import AnswerEvidenceGuard
-from guards.kg import MOVIE_FUNCTIONAL_RELATIONS, MOVIE_RELATION_PHRASES, Verdict
 from guards.repetition import LOOP_STOP_REASON
 from guards.text import content_words, overlap
 from rag.demo import DEMO_QUESTIONS
@@ -88,6 +89,7 @@ from rag.eval.metrics import (
     f1_score,
     risk_coverage,
 )
+from rag.eval.movies import MOVIE_FUNCTIONAL_RELATIONS, MOVIE_RELATION_PHRASES
 from rag.guarding import DEFAULT_CONFIDENCE_MODEL, AnswerChecker
 from rag.pipeline import Pipeline
 from rag.prompt import build_messages
@@ -366,9 +368,9 @@ def run_metaqa_claims(args: argparse.Namespace, graph: KnowledgeGraph) -> dict[s
 
     def holds(text: str, triple: tuple[str | None, str, str | None]) -> bool:
         return any(
-            c.verdict is Verdict.SUPPORTED
+            c.verdict is ClaimVerdict.SUPPORTED
             and (c.claim.subject, c.claim.relation, c.claim.object) == triple
-            for c in graph.check_answer(text)
+            for c in check_answer(graph, text)
         )
 
     for i, (subject, relation, obj) in enumerate(triples):
@@ -376,10 +378,10 @@ def run_metaqa_claims(args: argparse.Namespace, graph: KnowledgeGraph) -> dict[s
         kind = rng.choice(NOISE_KINDS)
         text = TEMPLATES[relation].format(s=noised(subject, kind), o=obj)
         t0 = time.perf_counter()
-        checks = graph.check_answer(text)
+        checks = check_answer(graph, text)
         check_ms.append((time.perf_counter() - t0) * 1000)
         ok = any(
-            c.verdict is Verdict.SUPPORTED
+            c.verdict is ClaimVerdict.SUPPORTED
             and (c.claim.subject, c.claim.relation, c.claim.object) == (s_node, relation, o_node)
             for c in checks
         )
@@ -396,14 +398,16 @@ def run_metaqa_claims(args: argparse.Namespace, graph: KnowledgeGraph) -> dict[s
         while wrong in known:
             wrong = rng.choice(ranges[relation])
         text = TEMPLATES[relation].format(s=noisy(subject, rng), o=wrong)
-        checks = graph.check_answer(text)
-        corrupted = any(c.verdict is Verdict.SUPPORTED and c.claim.object == wrong for c in checks)
+        checks = check_answer(graph, text)
+        corrupted = any(
+            c.verdict is ClaimVerdict.SUPPORTED and c.claim.object == wrong for c in checks
+        )
         corrupt_supported += corrupted
         corrupt_by_relation[relation] += corrupted
         if relation in graph.functional_relations:
             functional_total += 1
             functional_contradicted += any(
-                c.verdict is Verdict.CONTRADICTED
+                c.verdict is ClaimVerdict.CONTRADICTED
                 and (c.claim.subject, c.claim.relation, c.claim.object) == (s_node, relation, wrong)
                 for c in checks
             )
@@ -415,8 +419,8 @@ def run_metaqa_claims(args: argparse.Namespace, graph: KnowledgeGraph) -> dict[s
         if not ok and len(para_misses) < 20:
             para_misses.append(template.format(s=name, o=obj))
         para_relation[relation][2] += any(
-            c.verdict is Verdict.SUPPORTED and c.claim.object == wrong
-            for c in graph.check_answer(template.format(s=name, o=wrong))
+            c.verdict is ClaimVerdict.SUPPORTED and c.claim.object == wrong
+            for c in check_answer(graph, template.format(s=name, o=wrong))
         )
     n = len(triples)
     return {

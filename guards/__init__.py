@@ -11,11 +11,12 @@ from guards.base import (
     GuardRun,
     Outcome,
 )
+from guards.claims import Claim, ClaimCheck, ClaimVerdict, check_answer, extract_claims
 from guards.confidence import ConfidenceModel, expected_calibration_error, features
 from guards.consistency import SelfConsistencyGuard, cluster_answers
 from guards.embedder import Embedder
 from guards.grounding import GroundingGuard
-from guards.kg import Claim, ClaimCheck, KnowledgeGraph, Verdict
+from guards.kg import KnowledgeGraph
 from guards.kg_guard import KnowledgeGraphGuard
 from guards.policy import Action, Decision, Policy
 from guards.repetition import LoopStop, RepetitionGuard, is_looping
@@ -25,6 +26,7 @@ __all__ = [
     "Candidate",
     "Claim",
     "ClaimCheck",
+    "ClaimVerdict",
     "ConfidenceModel",
     "Decision",
     "Embedder",
@@ -42,9 +44,10 @@ __all__ = [
     "Policy",
     "RepetitionGuard",
     "SelfConsistencyGuard",
-    "Verdict",
+    "check_answer",
     "cluster_answers",
     "expected_calibration_error",
+    "extract_claims",
     "features",
     "is_looping",
 ]

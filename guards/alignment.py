@@ -18,19 +18,18 @@ from guards.answers import (
     answer_core,
     kind_matches,
     new_words,
-    normalize_answer,
     question_kind,
     states_no_answer,
 )
 from guards.base import Guard, GuardContext, GuardResult, Outcome
-from guards.text import content_words, key_terms, overlap, sentences
+from guards.text import content_words, key_terms, normalize, overlap, sentences
 
 
 def span_support(answer: str, question: str, passage: str) -> float:
     """1 when the answer's core occurs in the passage word for word; else the share of the words
     the answer adds to the question that the passage holds."""
-    core = normalize_answer(answer_core(answer))
-    if core and f" {core} " in f" {normalize_answer(passage)} ":
+    core = normalize(answer_core(answer))
+    if core and f" {core} " in f" {normalize(passage)} ":
         return 1.0
     words = new_words(answer, question) or content_words(answer_core(answer))
     return overlap(words, content_words(passage))
@@ -47,7 +46,7 @@ def context_match(answer: str, question: str, passages: Sequence[str]) -> float 
     from "Egan Bernal won the 2019 Tour" scores low: the sentence is about another year."""
     core = answer_core(answer)
     fresh = new_words(answer, question)
-    normal = normalize_answer(core)
+    normal = normalize(core)
     if not normal or not fresh:
         return None
     answered = content_words(core) | key_terms(core)
@@ -58,7 +57,7 @@ def context_match(answer: str, question: str, passages: Sequence[str]) -> float 
     for passage in passages:
         said = sentences(passage)
         for sentence in said:
-            holds = f" {normal} " in f" {normalize_answer(sentence)} "
+            holds = f" {normal} " in f" {normalize(sentence)} "
             if not holds and overlap(fresh, content_words(sentence)) < 0.5:
                 continue
             window = f"{said[0]} {sentence}"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 import re
-import unicodedata
 
 from guards.text import content_words, key_terms, strip_markers
 
@@ -20,8 +19,6 @@ _LEADS = re.compile(
     r"|according to (?:the )?(?:passages?|context)[^,:]*[,:])\s*",
     re.IGNORECASE,
 )
-_PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
 _YES_NO_START = re.compile(
     r"^(is|are|was|were|do|does|did|can|could|has|have|had|will|would|should|shall|may|might)\b",
     re.IGNORECASE,
@@ -50,14 +47,6 @@ class QuestionKind(enum.StrEnum):
     NUMBER = "number"
     PERSON = "person"
     OTHER = "other"
-
-
-def normalize_answer(text: str) -> str:
-    """Case-folded, accent- and punctuation-free, without articles, single-spaced: the form
-    answers are compared in (with each other, and with passages)."""
-    text = unicodedata.normalize("NFKD", text)
-    text = "".join(c for c in text if not unicodedata.combining(c)).casefold()
-    return " ".join(_ARTICLES.sub(" ", _PUNCT.sub(" ", text)).split())
 
 
 def answer_core(answer: str) -> str:

@@ -16,12 +16,11 @@ from guards.alignment import span_support
 from guards.answers import (
     QuestionKind,
     answer_core,
-    normalize_answer,
     question_kind,
     states_no_answer,
 )
 from guards.base import Guard, GuardContext, GuardResult, Outcome
-from guards.text import content_words, key_terms
+from guards.text import content_words, key_terms, normalize
 
 
 def _similarity(a: set[str], b: set[str]) -> float:
@@ -121,11 +120,11 @@ class EvidenceConflictGuard(Guard):
 
     def _rival_answers(self, ctx: GuardContext, holding: list[int]) -> list[str]:
         """Other samples' answers that passages other than the answer's hold word for word."""
-        own = normalize_answer(answer_core(ctx.answer))
+        own = normalize(answer_core(ctx.answer))
         rivals: dict[str, str] = {}
         for candidate in ctx.candidates:
             core = answer_core(candidate.text)
-            key = normalize_answer(core)
+            key = normalize(core)
             if not key or key in own or own in key or states_no_answer(candidate.text):
                 continue
             backed = [

@@ -15,9 +15,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from guards.answers import QuestionKind, answer_core, normalize_answer, question_kind, verdict
+from guards.answers import QuestionKind, answer_core, question_kind, verdict
 from guards.base import Guard, GuardContext, GuardResult, Outcome
 from guards.embedder import Embedder
+from guards.text import normalize
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +37,7 @@ def cluster_answers(
     texts: list[str], embedder: Embedder | None = None, threshold: float = 0.85
 ) -> Vote:
     """Group answers by meaning and vote."""
-    keys = [normalize_answer(t) for t in texts]
+    keys = [normalize(t) for t in texts]
     clusters: list[list[int]] = []
     by_key: dict[str, int] = {}
     for i, key in enumerate(keys):

@@ -1,5 +1,5 @@
 """The knowledge-graph guard: the answer's claims about the question's entities, judged against
-the graph (``guards.kg``)."""
+the graph (``guards.kg``, ``guards.claims``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from dataclasses import asdict
 from typing import Any, ClassVar
 
 from guards.base import Guard, GuardContext, GuardResult, Outcome
-from guards.kg import KnowledgeGraph, Verdict
+from guards.claims import ClaimVerdict, check_answer
+from guards.kg import KnowledgeGraph
 
 
 class KnowledgeGraphGuard(Guard):
@@ -28,7 +29,7 @@ class KnowledgeGraphGuard(Guard):
     def check(self, ctx: GuardContext) -> GuardResult:
         if not ctx.answer.strip():
             return self.abstain("the answer is empty")
-        checks = self.graph.check_answer(ctx.answer, ctx.question)
+        checks = check_answer(self.graph, ctx.answer, ctx.question)
         evidence: dict[str, Any] = {
             "claims": [
                 {**asdict(c.claim), "verdict": c.verdict.value, "graph_says": list(c.known_objects)}
@@ -41,8 +42,8 @@ class KnowledgeGraphGuard(Guard):
         on_topic = [
             c for c in checks if not topic or c.claim.subject in topic or c.claim.object in topic
         ]
-        supported = sum(c.verdict is Verdict.SUPPORTED for c in on_topic)
-        contradicted = [c for c in on_topic if c.verdict is Verdict.CONTRADICTED]
+        supported = sum(c.verdict is ClaimVerdict.SUPPORTED for c in on_topic)
+        contradicted = [c for c in on_topic if c.verdict is ClaimVerdict.CONTRADICTED]
         evidence["question_entities"] = sorted(topic)
         judged = supported + len(contradicted)
         if contradicted:
@@ -68,7 +69,7 @@ class KnowledgeGraphGuard(Guard):
                 evidence,
                 {"kg_supported": 1.0, "kg_contradicted": 0.0, "kg_off_topic": 0.0},
             )
-        if any(c.verdict is not Verdict.UNKNOWN for c in checks):
+        if any(c.verdict is not ClaimVerdict.UNKNOWN for c in checks):
             return GuardResult(
                 self.name,
                 Outcome.ABSTAIN,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import unicodedata
+from typing import Literal
 
 _MARKER = re.compile(r"\[(\d{1,3})\]")
 _WORD = re.compile(r"\w+(?:[-']\w+)*", re.UNICODE)
@@ -16,6 +18,46 @@ _STOPWORDS = frozenset(
         "over under more most less very "
     ).split()
 )
+
+
+_PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
+_SPACE = re.compile(r"\s+")
+_APOSTROPHE = re.compile(r"(?<=\w)['’](?=\w)")
+"""Inside a word an apostrophe is dropped, not split on: "I'll" and "Ill" are one word."""
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_LEADING_ARTICLE = re.compile(r"^(?:the|a|an) (?=.)")
+
+
+def normalize(text: str, *, articles: Literal["all", "leading", "keep"] = "all") -> str:
+    """The form texts are compared in: case-folded, accent- and punctuation-free (an apostrophe
+    inside a word is dropped), single-spaced, and without articles: ``all`` of them (answers
+    compared with each other and with passages), only a ``leading`` one (names: "The Lord of
+    the Rings" is "lord of the rings"), or none (``keep``: single words)."""
+    text = unicodedata.normalize("NFKD", text)
+    text = "".join(c for c in text if not unicodedata.combining(c)).casefold()
+    text = _SPACE.sub(" ", _PUNCT.sub(" ", _APOSTROPHE.sub("", text))).strip()
+    if articles == "all":
+        return " ".join(_ARTICLES.sub(" ", text).split())
+    if articles == "leading":
+        return _LEADING_ARTICLE.sub("", text, count=1)
+    return text
+
+
+_TOKEN = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]", re.UNICODE)
+FUNCTION_WORDS = frozenset({"a", "an", "the", "of", "to", "in", "on", "for", "by", "with"})
+CUE_WORDS = FUNCTION_WORDS | {"about"}
+"""A relation phrase made of these only ("in", "about") names its relation only for one of the
+relation's values: "in French" is a language, "released in 1999" is not."""
+
+
+def name_tokens(text: str) -> list[str]:
+    """The tokens of ``text`` that hold a word (as written), the unit of entity linking."""
+    return [t for t in _TOKEN.findall(text) if normalize(t, articles="keep")]
+
+
+def name_words(text: str) -> list[str]:
+    """The normalised words of ``text`` (articles kept), aligned with ``name_tokens``."""
+    return [normalize(t, articles="keep") for t in name_tokens(text)]
 
 
 _NEGATION = re.compile(r"\b(not|no|never|none|nor|cannot|without)\b|n't\b", re.IGNORECASE)

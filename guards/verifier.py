@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from guards.answers import answer_core, is_declined, normalize_answer
+from guards.answers import answer_core, is_declined
 from guards.base import Guard, GuardContext, GuardResult, Outcome
-from guards.text import content_words, overlap, sentences
+from guards.text import content_words, normalize, overlap, sentences
 
 if TYPE_CHECKING:
     import torch
@@ -42,14 +42,14 @@ def evidence_window(
     within ``max_words``: a sentence holding the answer's core span first, then by the share of
     the answer's and the question's content words it holds; ties go to the better-ranked
     passage."""
-    core = normalize_answer(answer_core(answer))
+    core = normalize(answer_core(answer))
     answer_words, question_words = content_words(answer_core(answer)), content_words(question)
     found: list[tuple[float, int, int, str]] = []
     for rank, passage in enumerate(passages):
         for position, sentence in enumerate(sentences(passage)):
             words = content_words(sentence)
             score = (
-                2.0 * bool(core and f" {core} " in f" {normalize_answer(sentence)} ")
+                2.0 * bool(core and f" {core} " in f" {normalize(sentence)} ")
                 + overlap(answer_words, words)
                 + 0.5 * overlap(question_words, words)
                 - 0.01 * rank

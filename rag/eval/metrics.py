@@ -30,15 +30,17 @@ def share_true(flags: Sequence[bool]) -> float | None:
     return sum(flags) / len(flags) if flags else None
 
 
-def normalize_answer(text: str) -> str:
-    """Lower case, no punctuation, no articles, single spaces."""
+def squad_normalize(text: str) -> str:
+    """SQuAD's answer normalisation (lower case, no punctuation, no articles, single spaces),
+    kept apart from ``guards.text.normalize`` on purpose: the correctness labels and EM/F1 stay
+    comparable with published figures and with every record labelled so far."""
     text = _ARTICLES.sub(" ", text.casefold().translate(_PUNCTUATION))
     return " ".join(text.split())
 
 
 def token_f1(prediction: str, gold: str) -> float:
     """Word-overlap F1 of two answers after normalisation."""
-    pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    pred, ref = squad_normalize(prediction).split(), squad_normalize(gold).split()
     common = sum((Counter(pred) & Counter(ref)).values())
     if not pred or not ref or common == 0:
         return 0.0
@@ -48,9 +50,9 @@ def token_f1(prediction: str, gold: str) -> float:
 
 def answer_matches(prediction: str, golds: Iterable[str], *, min_f1: float = 0.6) -> bool:
     """Does the answer contain a gold answer (as whole words), or match one with F1 >= min_f1?"""
-    padded = f" {normalize_answer(prediction)} "
+    padded = f" {squad_normalize(prediction)} "
     for gold in golds:
-        norm = normalize_answer(gold)
+        norm = squad_normalize(gold)
         if norm and (f" {norm} " in padded or token_f1(prediction, gold) >= min_f1):
             return True
     return False
@@ -126,8 +128,8 @@ def area_under_risk_coverage(scores: Sequence[float], correct: Sequence[float]) 
 
 def exact_match(prediction: str, golds: Iterable[str]) -> bool:
     """Is the normalised answer equal to a normalised gold answer?"""
-    norm = normalize_answer(prediction)
-    return any(norm == normalize_answer(g) for g in golds)
+    norm = squad_normalize(prediction)
+    return any(norm == squad_normalize(g) for g in golds)
 
 
 def best_token_f1(prediction: str, golds: Iterable[str]) -> float:
@@ -137,8 +139,8 @@ def best_token_f1(prediction: str, golds: Iterable[str]) -> float:
 
 def contains_gold(prediction: str, golds: Iterable[str]) -> bool:
     """Does the answer contain a gold answer as a whole phrase (after normalisation)?"""
-    padded = f" {normalize_answer(prediction)} "
-    return any((norm := normalize_answer(g)) and f" {norm} " in padded for g in golds)
+    padded = f" {squad_normalize(prediction)} "
+    return any((norm := squad_normalize(g)) and f" {norm} " in padded for g in golds)
 
 
 def recall_at_k(gold_ranks: Sequence[int | None], k: int) -> float:

@@ -101,7 +101,7 @@ def prepare_metaqa(data_dir: Path) -> PreparedDataset:
     movie plus the OMDb plots; gold = the passages of the movies the answer's triples are about.
     The knowledge-graph guard checks answers against the same graph."""
     from guards import KnowledgeGraph
-    from guards.kg import MOVIE_FUNCTIONAL_RELATIONS, MOVIE_RELATION_PHRASES
+    from rag.eval.movies import MOVIE_FUNCTIONAL_RELATIONS, MOVIE_RELATION_PHRASES
 
     kb_path = ds.metaqa_kb_path(data_dir)
     movie_docs = ds.render_movie_passages(ds.read_metaqa_triples(data_dir))

@@ -32,9 +32,9 @@ from guards.answers import (
     QuestionKind,
     answer_core,
     is_declined,
-    normalize_answer,
     question_kind,
 )
+from guards.text import normalize
 from guards.verifier import (
     FORMAT,
     MAX_LENGTH,
@@ -147,8 +147,8 @@ def gold_examples(
 
 
 def _in_evidence(item: EvalItem, answer: str, passages: Sequence[str]) -> bool:
-    window = f" {normalize_answer(evidence_window(item.question, answer, passages))} "
-    return f" {normalize_answer(answer_core(answer))} " in window
+    window = f" {normalize(evidence_window(item.question, answer, passages))} "
+    return f" {normalize(answer_core(answer))} " in window
 
 
 def write_examples(examples: Sequence[VerifierExample], path: Path) -> None:

@@ -17,8 +17,7 @@ from guards import (
     cluster_answers,
     features,
 )
-from guards.consistency import normalize_answer
-from guards.text import quoted_share
+from guards.text import normalize, quoted_share
 
 if TYPE_CHECKING:
     from rag.retrieval.embed import Embedder
@@ -31,7 +30,7 @@ def ctx(answer: str, samples: list[str]) -> GuardContext:
 
 
 def test_normalisation_and_exact_vote() -> None:
-    assert normalize_answer("  The Paris! ") == normalize_answer("paris")
+    assert normalize("  The Paris! ") == normalize("paris")
     vote = cluster_answers(["Paris.", "paris", "Lyon", "The Paris"])
     assert sorted(vote.majority) == [0, 1, 3] and vote.agreement == 0.75
     assert vote.semantic_entropy == pytest.approx(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)))

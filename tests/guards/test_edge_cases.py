@@ -19,7 +19,7 @@ from guards import (
     SelfConsistencyGuard,
     features,
 )
-from guards.kg import MOVIE_RELATION_PHRASES
+from rag.eval.movies import MOVIE_RELATION_PHRASES
 
 PASSAGES = (Evidence("p1", "Kismet was directed by William Dieterle and released in 1944."),)
 GRAPH = KnowledgeGraph(

@@ -6,8 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from guards import Claim, GuardContext, KnowledgeGraph, KnowledgeGraphGuard, Outcome, Verdict
-from guards.kg import MOVIE_RELATION_PHRASES, normalize
+from guards import (
+    Claim,
+    ClaimVerdict,
+    GuardContext,
+    KnowledgeGraph,
+    KnowledgeGraphGuard,
+    Outcome,
+    check_answer,
+)
+from guards.kg import normalize_name
+from rag.eval.movies import MOVIE_RELATION_PHRASES
 
 ROOT = Path(__file__).resolve().parents[2]
 METAQA = ROOT.parent / "shared" / "data" / "metaqa_wikimovies" / "kb" / "kb_reconstructed.txt"
@@ -38,15 +47,15 @@ def kg() -> KnowledgeGraph:
 
 def verdicts(
     kg: KnowledgeGraph, answer: str, question: str = ""
-) -> list[tuple[str, str, str, Verdict]]:
+) -> list[tuple[str, str, str, ClaimVerdict]]:
     return [
         (c.claim.subject, c.claim.relation, c.claim.object, c.verdict)
-        for c in kg.check_answer(answer, question)
+        for c in check_answer(kg, answer, question)
     ]
 
 
 def test_normalisation_aliases_and_fuzzy_resolution(kg: KnowledgeGraph) -> None:
-    assert normalize("  The MATRIX!! ") == "matrix"
+    assert normalize_name("  The MATRIX!! ") == "matrix"
     assert kg.resolve("the matrix") == "The Matrix" and kg.resolve("Matrix 1") == "The Matrix"
     assert kg.resolve("Amelie") == "Amélie"  # accents folded
     assert kg.resolve("William Deiterle") == "William Dieterle"  # fuzzy
@@ -56,36 +65,38 @@ def test_normalisation_aliases_and_fuzzy_resolution(kg: KnowledgeGraph) -> None:
 
 def test_supported_contradicted_and_unknown(kg: KnowledgeGraph) -> None:
     assert verdicts(kg, "Kismet was directed by William Dieterle.") == [
-        ("Kismet", "directed_by", "William Dieterle", Verdict.SUPPORTED)
+        ("Kismet", "directed_by", "William Dieterle", ClaimVerdict.SUPPORTED)
     ]
     assert verdicts(kg, "It came out in 1999.", "When was Kismet released?") == [
-        ("Kismet", "release_year", "1999", Verdict.CONTRADICTED)
+        ("Kismet", "release_year", "1999", ClaimVerdict.CONTRADICTED)
     ]
     # Not in the graph is not false: starred_actors is not functional. (A director is not a
     # possible cast member in this small graph, so only an actor makes a claim at all.)
     assert verdicts(kg, "Kismet starred Lana Wachowski.") == []
     assert verdicts(kg, "Kismet starred Jennifer Tilly.") == [
-        ("Kismet", "starred_actors", "Jennifer Tilly", Verdict.UNKNOWN)
+        ("Kismet", "starred_actors", "Jennifer Tilly", ClaimVerdict.UNKNOWN)
     ]
     # Two directors: either is supported.
-    assert verdicts(kg, "The Matrix was directed by Lilly Wachowski.")[0][3] is Verdict.SUPPORTED
+    assert (
+        verdicts(kg, "The Matrix was directed by Lilly Wachowski.")[0][3] is ClaimVerdict.SUPPORTED
+    )
 
 
 def test_each_entity_takes_the_nearest_relation(kg: KnowledgeGraph) -> None:
     found = verdicts(kg, "Kismet was directed by William Dieterle and released in 1944.")
     assert found == [
-        ("Kismet", "directed_by", "William Dieterle", Verdict.SUPPORTED),
-        ("Kismet", "release_year", "1944", Verdict.SUPPORTED),
+        ("Kismet", "directed_by", "William Dieterle", ClaimVerdict.SUPPORTED),
+        ("Kismet", "release_year", "1944", ClaimVerdict.SUPPORTED),
     ]
 
 
 def test_lower_case_common_words_are_not_titles(kg: KnowledgeGraph) -> None:
     # "Made" is a film; "made" in a sentence is a verb.
     assert verdicts(kg, "Kismet was directed by William Dieterle; a remake was made later.") == [
-        ("Kismet", "directed_by", "William Dieterle", Verdict.SUPPORTED)
+        ("Kismet", "directed_by", "William Dieterle", ClaimVerdict.SUPPORTED)
     ]
     assert verdicts(kg, "jon favreau directed made") == [
-        ("Made", "directed_by", "Jon Favreau", Verdict.SUPPORTED)
+        ("Made", "directed_by", "Jon Favreau", ClaimVerdict.SUPPORTED)
     ]
 
 
@@ -119,7 +130,7 @@ def test_file_formats_and_malformed_lines(tmp_path: Path) -> None:
     (tmp_path / "aliases.txt").write_text("alpha|A\n")
     txt = KnowledgeGraph.from_file(tmp_path / "g.txt", aliases_path=tmp_path / "aliases.txt")
     assert len(txt) == 2 and txt.resolve("alpha") == "A"
-    assert txt.check(Claim("A", "rel", "B")).verdict is Verdict.SUPPORTED
+    assert txt.check(Claim("A", "rel", "B")).verdict is ClaimVerdict.SUPPORTED
     assert len(KnowledgeGraph.from_file(tmp_path / "g.tsv")) == 1
     assert len(KnowledgeGraph.from_file(tmp_path / "g.jsonl")) == 1
     (tmp_path / "bad.txt").write_text("A|rel|B\nA|rel\n")
@@ -142,15 +153,17 @@ def test_metaqa_gold_claims_with_surface_noise_are_supported_and_corruptions_are
     rng = random.Random(0)
     lines = [line.split("|") for line in METAQA.read_text(encoding="utf-8").splitlines()]
     years = sorted({o for _, r, o in lines if r == "release_year"})
-    sample = [t for t in rng.sample(lines, 400) if t[1] == "release_year" and normalize(t[0])][:40]
+    sample = [t for t in rng.sample(lines, 400) if t[1] == "release_year" and normalize_name(t[0])][
+        :40
+    ]
     assert len(sample) >= 20
     for subject, relation, obj in sample:
         noisy = subject.upper().removeprefix("THE ")
         assert kg.resolve(noisy) is not None, subject
         claim = Claim(kg.resolve(noisy) or "", relation, kg.resolve(obj) or "")
-        assert kg.check(claim).verdict is Verdict.SUPPORTED
+        assert kg.check(claim).verdict is ClaimVerdict.SUPPORTED
         wrong = rng.choice([y for y in years if y not in kg.objects(claim.subject, relation)])
-        assert kg.check(Claim(claim.subject, relation, wrong)).verdict is Verdict.CONTRADICTED
+        assert kg.check(Claim(claim.subject, relation, wrong)).verdict is ClaimVerdict.CONTRADICTED
 
 
 def test_demo_graph_declares_functional_presets_and_catches_a_wrong_value() -> None:
@@ -211,7 +224,9 @@ def movies() -> KnowledgeGraph:
 
 
 def supported(kg: KnowledgeGraph, answer: str, question: str = "") -> set[tuple[str, str, str]]:
-    return {(s, r, o) for s, r, o, v in verdicts(kg, answer, question) if v is Verdict.SUPPORTED}
+    return {
+        (s, r, o) for s, r, o, v in verdicts(kg, answer, question) if v is ClaimVerdict.SUPPORTED
+    }
 
 
 def test_tag_claims_in_their_usual_phrasings_are_supported(movies: KnowledgeGraph) -> None:
@@ -267,7 +282,7 @@ def test_corrupted_tag_and_language_claims_are_not_supported(movies: KnowledgeGr
     ):
         assert not supported(movies, answer), answer
     assert verdicts(movies, "SHAFT has a rating of bad.") == [
-        ("Shaft", "has_imdb_rating", "bad", Verdict.CONTRADICTED)
+        ("Shaft", "has_imdb_rating", "bad", ClaimVerdict.CONTRADICTED)
     ]
 
 
@@ -279,7 +294,7 @@ def test_a_lower_case_word_is_a_title_only_when_the_graph_confirms_the_claim(
     assert verdicts(movies, "It was made by Howard Hawks.") == []
     # The question's film comes before a weak word of the answer as the claim's subject.
     assert verdicts(movies, "It was made by Howard Hawks.", "Who directed The Big Sleep?") == [
-        ("The Big Sleep", "directed_by", "Howard Hawks", Verdict.SUPPORTED)
+        ("The Big Sleep", "directed_by", "Howard Hawks", ClaimVerdict.SUPPORTED)
     ]
     assert supported(movies, "Jon Favreau directed made.") == {
         ("Made", "directed_by", "Jon Favreau")
