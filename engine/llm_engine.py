@@ -192,7 +192,7 @@ class LLMEngine:
                     min(len(ids) + params.max_tokens, self.max_model_len),
                 )
             seq = Sequence(request_id, 0, list(ids), len(ids), params)
-            seq.generator = self.outputs.random_generator(params, 0)
+            seq.rng = self.outputs.seeded_rng(params, 0)
             request.seqs.append(seq)
             self._requests[request_id] = request
             self._num_prompt_tokens += len(ids)

@@ -68,7 +68,7 @@ class OutputProcessor:
                         member.params,
                         request.prompt_token_ids,
                         member.output_token_ids,
-                        member.generator,
+                        member.rng,
                     )
                 )
                 targets.append(member)
@@ -111,7 +111,7 @@ class OutputProcessor:
         prompt_ids = self.requests[seq.request_id].prompt_token_ids
         output_ids = seq.output_token_ids
         rows = [
-            SampleRow(seq.params, prompt_ids, output_ids + draft[:j], seq.generator)
+            SampleRow(seq.params, prompt_ids, output_ids + draft[:j], seq.rng)
             for j in range(len(draft) + 1)
         ]
         result = verify_draft(logits, rows, draft)
@@ -147,13 +147,14 @@ class OutputProcessor:
         child.logprobs = list(parent.logprobs)
         child.top_logprobs = list(parent.top_logprobs)
         child.token_times = list(parent.token_times)
-        child.generator = self.random_generator(parent.params, index)
+        child.rng = self.seeded_rng(parent.params, index)
         self.block_manager.fork(parent, child)
         self.scheduler.add_running(child)
         return child
 
-    def random_generator(self, params: SamplingParams, index: int) -> torch.Generator | None:
-        """The seeded generator of a request's ``index``-th sample (None: the global one)."""
+    def seeded_rng(self, params: SamplingParams, index: int) -> torch.Generator | None:
+        """The seeded random number generator of a request's ``index``-th sample (None: the
+        global one)."""
         if params.seed is None or params.is_greedy:
             return None
         return torch.Generator(device=self.device).manual_seed(params.seed + index)

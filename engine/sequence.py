@@ -47,8 +47,8 @@ class Sequence:
     token_times: list[float] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     stop_reason: str | int | None = None
-    generator: torch.Generator | None = None
-    """Per-sequence random generator when the request has a seed."""
+    rng: torch.Generator | None = None
+    """The sequence's own random number generator when the request has a seed."""
     draft_token_ids: list[int] = field(default_factory=list)
     """Guesses at the next tokens, computed in this step after the last real token and then
     accepted or rejected (speculative decoding); empty outside a step."""

@@ -28,7 +28,7 @@ from guards.verifier import Verifier
 from rag.errors import InvalidInputError
 from rag.retrieval.embed import Embedder, default_embedding_path, model_fingerprint
 from rag.settings import Settings
-from rag.types import AskOptions, GuardVerdict, Passage
+from rag.types import AskOptions, GuardReport, Passage
 
 logger = logging.getLogger(__name__)
 DATA = Path(__file__).resolve().parent / "data"
@@ -45,9 +45,9 @@ class Checked:
     signals: dict[str, float]
     """The confidence model's input features."""
 
-    def verdicts(self) -> list[GuardVerdict]:
+    def reports(self) -> list[GuardReport]:
         return [
-            GuardVerdict(r.name, r.outcome.value, r.score, r.reason, dict(r.evidence))
+            GuardReport(r.name, r.outcome.value, r.score, r.reason, dict(r.evidence))
             for r in self.results
         ]
 

@@ -369,7 +369,7 @@ class Pipeline:
             confidence=checked.confidence if checked is not None else None,
             decision=decision,
             decision_reasons=reasons if reasons is not None else ([abstain] if abstain else []),
-            guard_results=checked.verdicts() if checked is not None else [],
+            guard_results=checked.reports() if checked is not None else [],
             confidence_signals=checked.signals if checked is not None else {},
             samples=samples or [],
             verification=verification,

@@ -69,7 +69,7 @@ class Settings(BaseSettings):
     model_cache_dir: Path | None = Field(
         None, description="converted-weights cache; default ~/.cache/ragguard/models"
     )
-    max_batch_size: int = Field(32, ge=1, le=1024, description="sequences generated together")
+    max_num_seqs: int = Field(32, ge=1, le=1024, description="sequences generated together")
     max_num_batched_tokens: int = Field(
         2048, ge=16, le=65536, description="engine token budget per step"
     )
@@ -338,7 +338,7 @@ class Settings(BaseSettings):
             model=self.model,
             dtype=self.dtype,
             device=self.device,
-            max_num_seqs=self.max_batch_size,
+            max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens,
             kv_cache_memory_bytes=self.kv_cache_memory_mb << 20,
             reserve_max_tokens=self.reserve_max_tokens,

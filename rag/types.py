@@ -56,8 +56,8 @@ class Citation:
 
 
 @dataclass(frozen=True, slots=True)
-class GuardVerdict:
-    """One guard's verdict on the answer, as users see it."""
+class GuardReport:
+    """One guard's result on the answer, as users see it (``guards.GuardResult`` made plain)."""
 
     name: str
     outcome: str
@@ -107,7 +107,7 @@ class Result:
     decision: Action = Action.ANSWER
     """answer, abstain or review."""
     decision_reasons: list[str] = field(default_factory=list)
-    guard_results: list[GuardVerdict] = field(default_factory=list)
+    guard_results: list[GuardReport] = field(default_factory=list)
     review_id: str | None = None
     """Set when the answer was queued for human review."""
     confidence_signals: dict[str, float] = field(default_factory=dict)
@@ -138,7 +138,7 @@ class Result:
             confidence=data.get("confidence"),
             decision=Action(data.get("decision", "answer")),
             decision_reasons=list(data.get("decision_reasons", [])),
-            guard_results=[GuardVerdict(**g) for g in data.get("guard_results", [])],
+            guard_results=[GuardReport(**g) for g in data.get("guard_results", [])],
             review_id=data.get("review_id"),
             confidence_signals=dict(data.get("confidence_signals", {})),
             samples=[Sample(**c) for c in data.get("samples", [])],

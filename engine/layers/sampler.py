@@ -20,7 +20,7 @@ class SampleRow:
     params: SamplingParams
     prompt_token_ids: list[int]
     output_token_ids: list[int]
-    generator: torch.Generator | None = None
+    rng: torch.Generator | None = None
 
 
 @dataclass(slots=True)
@@ -125,9 +125,9 @@ def sample(logits: torch.Tensor, rows: list[SampleRow]) -> SampleResult:
         # Exponential race: argmax(p / E) with E ~ Exp(1) draws from p, one noise row per request.
         noise = torch.empty_like(probs).exponential_()
         for i, r in enumerate(rows):
-            if r.generator is not None and not r.params.is_greedy:
+            if r.rng is not None and not r.params.is_greedy:
                 noise[i] = torch.empty(probs.shape[1], device=probs.device).exponential_(
-                    generator=r.generator
+                    generator=r.rng
                 )
         drawn = (probs / noise).argmax(dim=-1)
         chosen = torch.where(greedy, chosen, drawn)
@@ -159,7 +159,7 @@ def verify_draft(logits: torch.Tensor, rows: list[SampleRow], draft: list[int]) 
         raise ValueError("verify_draft needs one row of logits per draft token, plus one")
     raw_logprobs = torch.log_softmax(logits, dim=-1)
     processed = apply_penalties(logits.clone(), rows)
-    params, generator = rows[0].params, rows[0].generator
+    params, rng = rows[0].params, rows[0].rng
     tokens: list[int] = []
     if params.is_greedy:
         targets = processed.argmax(dim=-1).tolist()
@@ -168,17 +168,17 @@ def verify_draft(logits: torch.Tensor, rows: list[SampleRow], draft: list[int]) 
         tokens.append(targets[len(tokens)])
     else:
         probs = apply_warpers(processed, rows).softmax(dim=-1)
-        uniform = torch.rand(len(draft), generator=generator, device=probs.device).tolist()
+        uniform = torch.rand(len(draft), generator=rng, device=probs.device).tolist()
         for j, token in enumerate(draft):
             if uniform[j] < float(probs[j, token]):
                 tokens.append(token)
                 continue
             residual = probs[j].clone()
             residual[token] = 0.0
-            tokens.append(int(torch.multinomial(residual, 1, generator=generator)))
+            tokens.append(int(torch.multinomial(residual, 1, generator=rng)))
             break
         else:
-            tokens.append(int(torch.multinomial(probs[-1], 1, generator=generator)))
+            tokens.append(int(torch.multinomial(probs[-1], 1, generator=rng)))
     positions = torch.arange(len(tokens), device=logits.device)
     chosen = torch.tensor(tokens, device=logits.device)
     chosen_logprobs = raw_logprobs[positions, chosen].tolist()

@@ -30,7 +30,7 @@ ENGINE_FIELDS = (
     "dtype",
     "allow_hub",
     "model_cache_dir",
-    "max_batch_size",
+    "max_num_seqs",
     "max_num_batched_tokens",
     "kv_cache_memory_mb",
     "quantization",

@@ -9,7 +9,7 @@ from typing import Any
 
 from rag.errors import InvalidInputError
 from rag.eval.items import EvalItem
-from rag.types import GuardVerdict, Passage
+from rag.types import GuardReport, Passage
 
 logger = logging.getLogger(__name__)
 RETRIEVAL_DEPTH = 10
@@ -51,7 +51,7 @@ def passage_record(p: Passage) -> dict[str, Any]:
     }
 
 
-def verdict_record(v: GuardVerdict) -> dict[str, Any]:
+def verdict_record(v: GuardReport) -> dict[str, Any]:
     return {"name": v.name, "outcome": v.outcome, "score": v.score, "reason": v.reason}
 
 

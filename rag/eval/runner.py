@@ -36,7 +36,7 @@ from rag.eval.records import (
     verdict_record,
 )
 from rag.pipeline import AskOptions, Pipeline
-from rag.types import GuardVerdict, Passage
+from rag.types import GuardReport, Passage
 
 logger = logging.getLogger(__name__)
 ITEMS_FILE = "items.jsonl"
@@ -237,12 +237,12 @@ class Runner:
                 confidence=checked.confidence,
                 decision=decision.action.value,
                 decision_reasons=decision.reasons,
-                guards=[verdict_record(v) for v in checked.verdicts()],
+                guards=[verdict_record(v) for v in checked.reports()],
             )
         record["timings"] = {"guards_s": time.perf_counter() - started}
         return record
 
-    def _decide(self, verdicts: list[GuardVerdict], confidence: float) -> tuple[str, list[str]]:
+    def _decide(self, verdicts: list[GuardReport], confidence: float) -> tuple[str, list[str]]:
         """What the configured policy does with this answer."""
         assert self.pipeline.checker is not None
         results = [GuardResult(v.name, Outcome(v.outcome), v.score, v.reason) for v in verdicts]

@@ -255,8 +255,8 @@ class GuardEvaluator(BaseEvaluator):
         given = Candidate(response.strip())
         checked = self.checker.check(query, given, [given], passages)
         decision = self.checker.decide(checked)
-        verdicts = checked.verdicts()
-        failed = [f"{v.name}: {v.reason}" for v in verdicts if v.outcome == "fail"]
+        reports = checked.reports()
+        failed = [f"{v.name}: {v.reason}" for v in reports if v.outcome == "fail"]
         feedback = "; ".join([f"decision: {decision.action.value}", *decision.reasons, *failed])
         return GuardEvaluationResult(
             query=query,
@@ -269,7 +269,7 @@ class GuardEvaluator(BaseEvaluator):
             reasons=list(decision.reasons),
             guard_results=[
                 {"name": v.name, "outcome": v.outcome, "score": v.score, "reason": v.reason}
-                for v in verdicts
+                for v in reports
             ],
         )
 

@@ -217,7 +217,7 @@ def build_application(settings: Settings) -> Any:
         name=ENGINE_DEPLOYMENT,
         num_replicas=settings.ray_engine_replicas,
         ray_actor_options={"num_cpus": settings.ray_cpus_per_replica, "num_gpus": gpus},
-        max_ongoing_requests=max(8, settings.max_batch_size * 4),
+        max_ongoing_requests=max(8, settings.max_num_seqs * 4),
         health_check_period_s=10,
     )
     scaling: dict[str, Any] = {}

@@ -109,7 +109,7 @@ class CitationOut(BaseModel):
     method: str = Field(..., description="explicit (written by the model) or overlap (attributed)")
 
 
-class GuardVerdictOut(BaseModel):
+class GuardReportOut(BaseModel):
     name: str
     outcome: str = Field(..., description="pass, fail or abstain")
     score: float | None
@@ -142,7 +142,7 @@ class AskResponse(BaseModel):
     confidence: float | None = Field(None, description="probability that the answer is right")
     decision: str = Field(..., description="answer, abstain or review")
     decision_reasons: list[str]
-    guard_results: list[GuardVerdictOut]
+    guard_results: list[GuardReportOut]
     review_id: str | None = Field(None, description="set when the answer awaits human review")
     confidence_signals: dict[str, float] = Field(
         default_factory=dict, description="the signals the confidence was computed from"

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rag.retrieval.records import RetrievalMode
-from rag.server.schemas import CitationOut, GuardVerdictOut, IndexName, PassageOut
+from rag.server.schemas import CitationOut, GuardReportOut, IndexName, PassageOut
 
 GROUNDED_MODEL = "ragguard"
 """The model id that answers from the index, with citations and the guards' decision."""
@@ -219,7 +219,7 @@ class Grounding(BaseModel):
     confidence: float | None
     decision: str = Field(..., description="answer, abstain or review")
     decision_reasons: list[str]
-    guard_results: list[GuardVerdictOut]
+    guard_results: list[GuardReportOut]
     review_id: str | None
     abstained: bool
     abstain_reason: str | None
