@@ -79,3 +79,27 @@ def error_type_of(exc: BaseException) -> str:
     if isinstance(exc, EngineError):
         return "invalid_input" if status_of(exc) == 422 else "engine_error"
     return "internal_error"
+
+
+def _subclasses(cls: type[RagGuardError]) -> list[type[RagGuardError]]:
+    return [cls, *(sub for direct in cls.__subclasses__() for sub in _subclasses(direct))]
+
+
+def error_class_for(status: int, error_type: str) -> type[RagGuardError] | None:
+    """Which of ragguard's errors to raise for an error response (the SDK's reading of this
+    table): the error whose ``error_type`` it names; for another layer's error (the review
+    queue's) or an unknown type, the first of ragguard's own errors with the response's status;
+    None when no row has it."""
+    by_type = {
+        cls.error_type: cls for cls in _subclasses(RagGuardError) if "error_type" in vars(cls)
+    }
+    if error_type in by_type and error_type != RagGuardError.error_type:
+        return by_type[error_type]
+    return next(
+        (
+            cls
+            for cls, code in STATUS.items()
+            if code == status and cls is not RagGuardError and issubclass(cls, RagGuardError)
+        ),
+        None,
+    )

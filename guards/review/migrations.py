@@ -45,7 +45,7 @@ def legacy_version(cur: Cursor) -> int:
 def _too_new(found: object) -> SchemaTooNewError:
     return SchemaTooNewError(
         f"the review database is at schema {found}, newer than this ragguard's "
-        f"{SCHEMA_VERSION}: upgrade ragguard (or point RAGGUARD_REVIEW_DB elsewhere)"
+        f"{SCHEMA_VERSION}: upgrade ragguard, or open another database"
     )
 
 

@@ -12,58 +12,9 @@ from urllib.parse import quote
 
 import httpx
 
-from guards.review.errors import (
-    AlreadyResolvedError,
-    ClaimConflictError,
-    ClaimExpiredError,
-    NotClaimedError,
-    ReviewConflictError,
-)
-from rag.errors import (
-    AuthenticationError,
-    ConflictError,
-    DeadlineExceededError,
-    DocumentNotFoundError,
-    DocumentParseError,
-    IndexMismatchError,
-    IndexNotFoundError,
-    InvalidInputError,
-    LengthRequiredError,
-    NotFoundError,
-    NotReadyError,
-    OverloadedError,
-    PayloadTooLargeError,
-    PermissionDeniedError,
-    RagGuardError,
-    UnsupportedFileTypeError,
-)
+from rag.errors import OverloadedError, RagGuardError
+from rag.http_errors import error_class_for
 from rag.types import AskEvent, Passage, PassagesEvent, Result, ResultEvent, TokenEvent
-
-_BY_STATUS: dict[int, type[RagGuardError]] = {
-    401: AuthenticationError,
-    403: PermissionDeniedError,
-    404: NotFoundError,
-    409: IndexMismatchError,
-    411: LengthRequiredError,
-    413: PayloadTooLargeError,
-    415: UnsupportedFileTypeError,
-    422: InvalidInputError,
-    429: OverloadedError,
-    503: NotReadyError,
-    504: DeadlineExceededError,
-}
-_BY_KIND: dict[str, type[RagGuardError]] = {
-    cls.error_type: cls for cls in (IndexNotFoundError, DocumentNotFoundError, DocumentParseError)
-} | {
-    cls.error_type: ConflictError
-    for cls in (
-        ReviewConflictError,
-        ClaimConflictError,
-        NotClaimedError,
-        ClaimExpiredError,
-        AlreadyResolvedError,
-    )
-}
 
 
 class ServerError(RagGuardError):
@@ -94,7 +45,7 @@ def _raise_for_status(response: httpx.Response) -> None:
 def _error(
     status: int, kind: str, detail: str, *, retry_after_s: int | None = None
 ) -> RagGuardError:
-    error_type = _BY_KIND.get(kind) or _BY_STATUS.get(status, ServerError)
+    error_type = error_class_for(status, kind) or ServerError
     error = error_type(f"HTTP {status}: {detail}")
     error.status_code = status
     error.error_type = kind or error.error_type

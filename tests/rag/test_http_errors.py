@@ -13,7 +13,7 @@ import guards.review.errors as review_errors
 import rag.errors as rag_errors
 from engine.errors import ModelNotFoundError, PromptTooLongError, RemoteRequestError
 from rag.client.http import _raise_for_status
-from rag.http_errors import STATUS, error_type_of, status_of
+from rag.http_errors import STATUS, error_class_for, error_type_of, status_of
 
 SERVER_FAULTS = {
     rag_errors.RagGuardError,
@@ -74,3 +74,14 @@ def test_the_sdk_reads_a_status_and_kind_back_into_a_type(
     if expected is not None:
         assert isinstance(raised.value, expected)
     assert raised.value.status_code == status and raised.value.error_type == kind
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [c for c in error_classes() if issubclass(c, rag_errors.RagGuardError) and c in STATUS],
+    ids=lambda c: c.__name__,
+)
+def test_each_of_ragguards_errors_comes_back_as_itself(cls: type[rag_errors.RagGuardError]) -> None:
+    """The SDK reads the table the server answers by: no second list to drift from it."""
+    expected = None if cls is rag_errors.RagGuardError else cls
+    assert error_class_for(status_of(cls("x")), cls.error_type) is expected
