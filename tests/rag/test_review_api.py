@@ -17,10 +17,10 @@ from fastapi.testclient import TestClient
 
 from guards import Policy
 from guards.review import NewItem
+from rag.reviews import export
+from rag.reviews.export import export_rows
 from rag.server import create_app
 from rag.server.auth import KeyStore, Role, check_bind
-from rag.server.routers import reviews
-from rag.server.routers.reviews import export_rows
 
 if TYPE_CHECKING:
     from rag.pipeline import Pipeline
@@ -151,7 +151,7 @@ def test_export_as_jsonl_and_csv(client: TestClient) -> None:
 def test_export_streams_each_item_once_while_reviewers_work(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(reviews, "_EXPORT_PAGE", 3)
+    monkeypatch.setattr(export, "_EXPORT_PAGE", 3)
     store = client.app.state.ragguard.reviews  # type: ignore[attr-defined]
     store.add_gold("Capital of France?", "Paris.", is_correct=True)
     for i in range(10):

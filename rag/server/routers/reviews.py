@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
@@ -13,6 +11,7 @@ from fastapi.responses import StreamingResponse
 
 from guards.review import Resolution, ReviewItem, ReviewStore, Status, queue_stats
 from rag.errors import InvalidInputError
+from rag.reviews import ReviewOut, export_rows, to_csv
 from rag.server.auth import Principal, Role, require
 from rag.server.review_schemas import (
     ClaimIn,
@@ -20,7 +19,6 @@ from rag.server.review_schemas import (
     RateIn,
     ResolveIn,
     ReviewList,
-    ReviewOut,
     StatsOut,
 )
 from rag.server.schemas import MAX_OFFSET, ErrorOut
@@ -32,7 +30,6 @@ Admin = Annotated[Principal, Depends(require(Role.ADMIN))]
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut} for code in (400, 401, 403, 404, 409, 422, 503)
 }
-_EXPORT_PAGE = 500
 
 
 def _out(store: ReviewStore, item: ReviewItem, who: Principal, *, audit: bool = False) -> ReviewOut:
@@ -119,41 +116,6 @@ def export_reviews(
         body, media = to_csv(rows), "text/csv"
     disposition = f'attachment; filename="reviews.{format}"'
     return StreamingResponse(body, media_type=media, headers={"content-disposition": disposition})
-
-
-def export_rows(
-    store: ReviewStore, status: Status | None, *, show_gold: bool
-) -> Iterator[dict[str, Any]]:
-    """Export rows, oldest item first; only an admin sees which items are gold."""
-    for item in store.export_items(status, page_size=_EXPORT_PAGE):
-        out = ReviewOut.from_item(item, store.clock(), show_gold=show_gold)
-        yield out.model_dump(exclude={"audit", "is_gold"} if not show_gold else {"audit"})
-
-
-_CSV_FIELDS = [
-    "id", "status", "question", "answer", "edited_answer", "resolution", "resolved_by",
-    "resolved_at", "confidence", "reasons", "created_at", "deadline", "index", "ratings",
-]  # fmt: skip
-
-
-def _inert(value: Any) -> Any:
-    """A text cell a spreadsheet would run as a formula, quoted so that it stays text."""
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
-        return "'" + value
-    return value
-
-
-def to_csv(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=_CSV_FIELDS, extrasaction="ignore")
-    writer.writeheader()
-    for row in rows:
-        row = {**row, "reasons": "; ".join(row["reasons"]), "ratings": json.dumps(row["ratings"])}
-        writer.writerow({k: _inert(v) for k, v in row.items()})
-        yield buffer.getvalue()
-        buffer.seek(0)
-        buffer.truncate()
-    yield buffer.getvalue()
 
 
 @router.post("/next", response_model=ReviewOut | None, responses=_ERRORS)
