@@ -32,8 +32,13 @@ def demo_collection_path() -> Path:
 
 
 def builds_demo(settings: Settings) -> bool:
-    """Whether loading with these settings builds the demo index when it is missing."""
-    return settings.build_demo_index and settings.index_name == DEMO_INDEX
+    """Whether loading with these settings builds the demo index when it is missing (never
+    over indexes served read-only)."""
+    return (
+        settings.build_demo_index
+        and not settings.read_only_indexes
+        and settings.index_name == DEMO_INDEX
+    )
 
 
 def ensure_demo_index(collections: CollectionRegistry) -> bool:

@@ -36,6 +36,12 @@ class DocumentNotFoundError(NotFoundError):
     error_type = "document_not_found"
 
 
+class ReadOnlyIndexError(RagGuardError):
+    """A write (ingestion, deletion, a new index) to indexes served read-only."""
+
+    error_type = "read_only_index"
+
+
 class UnsupportedFileTypeError(RagGuardError):
     """A file's type cannot be ingested."""
 

@@ -32,6 +32,7 @@ from rag.errors import (
     PayloadTooLargeError,
     PermissionDeniedError,
     RagGuardError,
+    ReadOnlyIndexError,
     UnsupportedFileTypeError,
 )
 
@@ -43,6 +44,7 @@ STATUS: dict[type[BaseException], int] = {
     DocumentParseError: 422,
     AuthenticationError: 401,
     PermissionDeniedError: 403,
+    ReadOnlyIndexError: 403,
     NotFoundError: 404,
     ConflictError: 409,
     IndexMismatchError: 409,

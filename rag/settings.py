@@ -143,6 +143,11 @@ class Settings(BaseSettings):
     index_dir: Path = Field(Path("indexes"), description="folder holding one sub-folder per index")
     index_name: str = Field("demo", description="index used when a request names none")
     index_type: Literal["flat", "hnsw"] = Field("flat", description="exact inner product, or HNSW")
+    read_only_indexes: bool = Field(
+        False,
+        description="serve the indexes without writing to them: ingestion, deletion and new "
+        "indexes are refused (Ray Serve's API replicas always are)",
+    )
     chunk_size: int = Field(256, ge=32, le=8192, description="chunk size in embedding-model tokens")
     chunk_overlap: int = Field(32, ge=0, le=1024, description="tokens shared by consecutive chunks")
     embed_batch_size: int = Field(64, ge=1, le=4096)

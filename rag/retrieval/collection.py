@@ -13,7 +13,12 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from rag.errors import DocumentNotFoundError, IndexNotFoundError, InvalidInputError
+from rag.errors import (
+    DocumentNotFoundError,
+    IndexNotFoundError,
+    InvalidInputError,
+    ReadOnlyIndexError,
+)
 from rag.retrieval.documents import Chunk, Chunker, Document
 from rag.retrieval.embed import Embedder
 from rag.retrieval.index import VectorIndex
@@ -104,6 +109,7 @@ class Collection:
         *,
         embed_batch_size: int = 64,
         commit_policy: CommitPolicy | None = None,
+        read_only: bool = False,
     ):
         info = index.info()
         self.index = index
@@ -111,6 +117,8 @@ class Collection:
         self.chunker = Chunker(embedder.tokenize, info.chunk_size, info.chunk_overlap)
         self.embed_batch_size = embed_batch_size
         self.commit_policy = commit_policy or CommitPolicy()
+        self.read_only = read_only
+        """Refuse ingestion and deletion (the index is written elsewhere, e.g. offline)."""
 
     @property
     def name(self) -> str:
@@ -135,6 +143,7 @@ class Collection:
         default the collection's ``commit_policy``); each group is one atomic write, so an
         interrupted ingestion keeps the groups before it and running it again skips them.
         """
+        self._check_writable()
         started_all = time.perf_counter()
         report = IngestReport()
         latest = {doc.doc_id: doc for doc in documents}  # a repeated id: the last one wins
@@ -202,8 +211,16 @@ class Collection:
 
     def delete(self, doc_id: str) -> None:
         """Delete a document and its chunks."""
+        self._check_writable()
         if not self.index.delete(doc_id):
             raise DocumentNotFoundError(f"document {doc_id!r} is not in index {self.name!r}")
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyIndexError(
+                f"index {self.name!r} is served read-only: write it where it is built "
+                f"(`ragguard ingest PATH --index {self.name}`); readers follow its new generation"
+            )
 
     def search(self, query: str, top_k: int, *, mode: RetrievalMode = "dense") -> list[ScoredChunk]:
         """The ``top_k`` best chunks for ``query``, ranked as ``mode`` says (``VectorIndex``)."""
@@ -223,6 +240,7 @@ class CollectionRegistry:
         chunk_overlap: int = 32,
         embed_batch_size: int = 64,
         commit_policy: CommitPolicy | None = None,
+        read_only: bool = False,
     ):
         self.index_dir = index_dir
         self.embedder = embedder
@@ -232,6 +250,8 @@ class CollectionRegistry:
         self.chunk_overlap = min(chunk_overlap, self.chunk_size // 2)
         self.embed_batch_size = embed_batch_size
         self.commit_policy = commit_policy or CommitPolicy()
+        self.read_only = read_only
+        """Open indexes without writing to them: no ingestion, deletion or new index."""
         self._open: dict[str, Collection] = {}
         self._lock = threading.Lock()
 
@@ -246,6 +266,7 @@ class CollectionRegistry:
             chunk_overlap=settings.chunk_overlap,
             embed_batch_size=settings.embed_batch_size,
             commit_policy=CommitPolicy.from_settings(settings),
+            read_only=settings.read_only_indexes,
         )
 
     def names(self) -> list[str]:
@@ -263,6 +284,11 @@ class CollectionRegistry:
             if VectorIndex.exists(path) and not (create and not VectorIndex.is_complete(path)):
                 index = VectorIndex.open(
                     path, embedding_model=self.embedder.model_id, dimension=self.embedder.dimension
+                )
+            elif create and self.read_only:
+                raise ReadOnlyIndexError(
+                    f"index {name!r} does not exist and indexes are served read-only here: "
+                    f"build it with `ragguard ingest PATH --index {name}`"
                 )
             elif create:
                 index = VectorIndex.create(
@@ -284,6 +310,7 @@ class CollectionRegistry:
                 self.embedder,
                 embed_batch_size=self.embed_batch_size,
                 commit_policy=self.commit_policy,
+                read_only=self.read_only,
             )
             self._open[name] = collection
             return collection

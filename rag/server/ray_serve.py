@@ -237,7 +237,8 @@ def build_application(settings: Settings) -> Any:
         max_ongoing_requests=settings.max_concurrent_questions * 4,
         **scaling,
     )
-    return api.bind(engine.bind(values), values)
+    # API replicas read the index; it is written where it is built (`ragguard ingest`).
+    return api.bind(engine.bind(values), values | {"read_only_indexes": True})
 
 
 def serve_with_ray(settings: Settings) -> None:

@@ -103,6 +103,9 @@ def test_two_api_replicas_share_one_engine_and_one_review_store(
                 item["id"] for item in body["items"]
             }
         assert all(ids == expected for ids in listed_by.values()), listed_by
+        # The replicas read the index; it is written where it is built.
+        write = httpx.post(f"{url}/v1/documents", json={"doc_id": "x", "text": "y"}, timeout=30)
+        assert write.status_code == 403 and write.json()["error"] == "read_only_index", write.text
     finally:
         process.send_signal(signal.SIGTERM)
         try:
