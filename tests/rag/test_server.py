@@ -1,4 +1,5 @@
-"""The REST API over real HTTP semantics (TestClient), with the real pipeline."""
+"""The REST API over real HTTP semantics (TestClient): routes and bad input over the fake models
+(real FAISS, SQLite, guards and policy), and the answers themselves with the real pipeline."""
 
 from __future__ import annotations
 
@@ -20,8 +21,14 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture
-def client(demo_pipeline: Pipeline) -> Iterator[TestClient]:
-    demo_pipeline.settings.max_upload_bytes = 4096
+def client(fake_pipeline: Pipeline) -> Iterator[TestClient]:
+    fake_pipeline.settings.max_upload_bytes = 4096
+    with TestClient(create_app(pipeline=fake_pipeline)) as http:
+        yield http
+
+
+@pytest.fixture
+def model_client(demo_pipeline: Pipeline) -> Iterator[TestClient]:
     with TestClient(create_app(pipeline=demo_pipeline)) as http:
         yield http
 
@@ -37,7 +44,8 @@ def num_documents(client: TestClient, index: str | None = None) -> int:
     return total
 
 
-def test_health_ready_and_openapi(client: TestClient) -> None:
+def test_health_ready_and_openapi(model_client: TestClient) -> None:
+    client = model_client
     assert client.get("/healthz").json() == {"status": "ok"}
     ready = client.get("/readyz").json()
     assert ready["status"] == "ready" and ready["model"] == "SmolLM2-135M-Instruct"
@@ -50,7 +58,8 @@ def test_health_ready_and_openapi(client: TestClient) -> None:
     assert client.get("/docs").status_code == 200
 
 
-def test_ask_returns_a_cited_answer(client: TestClient) -> None:
+def test_ask_returns_a_cited_answer(model_client: TestClient) -> None:
+    client = model_client
     response = client.post("/v1/ask", json={"question": "What does a KV cache avoid recomputing?"})
     assert response.status_code == 200
     body = response.json()
@@ -69,9 +78,8 @@ def test_ask_returns_a_cited_answer(client: TestClient) -> None:
     assert any("< 0.9999" in reason for reason in flagged["decision_reasons"])
 
 
-def test_documents_json_upload_list_delete_and_ask_the_new_fact(
-    client: TestClient, tmp_path: Path
-) -> None:
+def test_documents_json_upload_list_delete_and_ask_the_new_fact(model_client: TestClient) -> None:
+    client = model_client
     before = num_documents(client)
     created = client.post(
         "/v1/documents",
@@ -285,11 +293,11 @@ def test_request_id_is_echoed_and_shared_with_the_result(client: TestClient) -> 
 
 
 def test_an_unreadable_index_is_left_out_of_the_listing(
-    client: TestClient, demo_pipeline: Pipeline
+    client: TestClient, fake_pipeline: Pipeline
 ) -> None:
     from rag.retrieval.index import VectorIndex
 
-    index_dir = demo_pipeline.settings.index_dir
+    index_dir = fake_pipeline.settings.index_dir
     VectorIndex.create(
         index_dir / "other-model", embedding_model="bge-small", dimension=384
     ).close()
