@@ -6,12 +6,16 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
 if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
+    from engine.hf_generator import HFGenerator
     from engine.llm_engine import LLMEngine
+    from rag.pipeline import Pipeline
     from rag.retrieval.embed import Embedder
     from rag.settings import Settings
 
@@ -23,14 +27,14 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 @pytest.fixture(scope="session")
-def embedder():
+def embedder() -> Embedder:
     from rag.retrieval.embed import Embedder
 
     return Embedder()
 
 
 @pytest.fixture(scope="session")
-def generator():
+def generator() -> HFGenerator:
     from engine import EngineConfig
     from engine.hf_generator import HFGenerator
 
@@ -38,7 +42,7 @@ def generator():
 
 
 @pytest.fixture(scope="session")
-def llm_engine():
+def llm_engine() -> LLMEngine:
     """Our engine on the default model: the pipeline's default generator."""
     from engine import EngineConfig
     from engine.llm_engine import LLMEngine
@@ -49,7 +53,7 @@ def llm_engine():
 
 
 @pytest.fixture
-def settings(tmp_path: Path):  # type: ignore[no-untyped-def]
+def settings(tmp_path: Path) -> Settings:
     from rag.settings import Settings
 
     return Settings(
@@ -58,7 +62,7 @@ def settings(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def pipeline(settings: Settings, embedder: Embedder, llm_engine: LLMEngine) -> Iterator[object]:
+def pipeline(settings: Settings, embedder: Embedder, llm_engine: LLMEngine) -> Iterator[Pipeline]:
     from rag.pipeline import Pipeline
 
     pipe = Pipeline(settings, embedder, llm_engine)
@@ -66,7 +70,7 @@ def pipeline(settings: Settings, embedder: Embedder, llm_engine: LLMEngine) -> I
     pipe.close()
 
 
-def index_demo(root: Path, embedder: Any) -> Path:
+def index_demo(root: Path, embedder: Embedder) -> Path:
     """The packaged demo collection indexed under ``root`` with ``embedder``; its folder."""
     from rag.demo import DEMO_INDEX, demo_collection_path
     from rag.retrieval.collection import CollectionRegistry
@@ -92,7 +96,7 @@ def demo_index_template(tmp_path_factory: pytest.TempPathFactory, embedder: Embe
 
 
 @pytest.fixture
-def demo_pipeline(pipeline, demo_index_template):
+def demo_pipeline(pipeline: Pipeline, demo_index_template: Path) -> Pipeline:
     """A pipeline whose default index is a fresh copy of the demo collection."""
     shutil.copytree(demo_index_template, pipeline.settings.index_dir / "demo")
     return pipeline
@@ -107,20 +111,20 @@ def fake_demo_index_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def fake_pipeline(settings: Settings, fake_demo_index_template: Path) -> Iterator[object]:
+def fake_pipeline(settings: Settings, fake_demo_index_template: Path) -> Iterator[Pipeline]:
     """A pipeline over a copy of the demo collection with both models replaced by the fakes of
     ``tests.fakes``: real FAISS, SQLite, guards and policy, no model loaded."""
     from rag.pipeline import Pipeline
     from tests.fakes import HashingEmbedder, ScriptedGenerator
 
     shutil.copytree(fake_demo_index_template, settings.index_dir / "demo")
-    pipe = Pipeline(settings, HashingEmbedder(), ScriptedGenerator())  # type: ignore[arg-type]
+    pipe = Pipeline(settings, HashingEmbedder(), ScriptedGenerator())
     yield pipe
     pipe.close()
 
 
 @pytest.fixture
-def live_server() -> Iterator[Callable[[object], str]]:
+def live_server() -> Iterator[Callable[[ASGIApp], str]]:
     """``live_server(app)``: serve the ASGI app with uvicorn on a free loopback port in a thread
     (real sockets: clients can stream and hang up); its base URL. Stopped after the test."""
     import socket
@@ -131,12 +135,12 @@ def live_server() -> Iterator[Callable[[object], str]]:
 
     running: list[tuple[uvicorn.Server, threading.Thread]] = []
 
-    def start(app: object) -> str:
+    def start(app: ASGIApp) -> str:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")  # type: ignore[arg-type]
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
         )
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
@@ -167,7 +171,7 @@ MODEL_FIXTURES = frozenset(
 """Fixtures that load a real model: a test using one is marked ``model`` automatically."""
 
 
-def pytest_collection_modifyitems(config, items):
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark tests that use a real model's fixture ``model``; skip tests marked ``gpu`` on
     machines without CUDA."""
     import torch
@@ -184,7 +188,9 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
-def _real_models_only_when_marked(request, monkeypatch):
+def _real_models_only_when_marked(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A test not marked ``model`` (or ``slow``) must not load a real model: the fast tier
     (``make test-fast``) stays fast, and the marks stay true. Use ``tests.fakes`` instead."""
     if "model" in request.keywords or "slow" in request.keywords:
@@ -193,7 +199,7 @@ def _real_models_only_when_marked(request, monkeypatch):
     from engine.llm_engine import LLMEngine
     from rag.retrieval.embed import Embedder
 
-    def refuse(self, *args, **kwargs):
+    def refuse(self: object, *args: object, **kwargs: object) -> NoReturn:
         raise AssertionError(
             f"{request.node.nodeid} loads a real model ({type(self).__name__}) but is not "
             "marked model: mark it, or use the fakes of tests/fakes.py"

@@ -14,6 +14,7 @@ import numpy as np
 
 from engine.outputs import CompletionOutput, FinishReason, RequestOutput, RequestTiming
 from engine.sampling_params import SamplingParams
+from rag.retrieval.embed import Embedder
 
 _WORD = re.compile(r"\w+")
 _FIRST_PASSAGE = re.compile(r"\[1\] (.+?[.!?])(?:\s|$)", re.DOTALL)
@@ -26,13 +27,17 @@ def _word_ids(text: str, vocabulary: int = VOCABULARY) -> list[int]:
     return [zlib.crc32(w.encode()) % vocabulary for w in _WORD.findall(text.casefold())]
 
 
-class HashingEmbedder:
-    """``rag.retrieval.embed.Embedder``'s interface over hashed bags of words: texts sharing words are
-    close (cosine of the word counts), real FAISS indexes and searches them."""
+class HashingEmbedder(Embedder):
+    """``rag.retrieval.embed.Embedder`` over hashed bags of words: texts sharing words are close
+    (cosine of the word counts), real FAISS indexes and searches them. A subclass, so it goes
+    wherever the real one does; it overrides every method and loads no model."""
 
     model_id = "hashing-embedder-test"
     dimension = 256
     max_seq_length = 256
+
+    def __init__(self) -> None:
+        """Nothing to load (``Embedder.__init__`` loads the sentence-transformers model)."""
 
     def tokenize(self, text: str) -> list[int]:
         return _word_ids(text)

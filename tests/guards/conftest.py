@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fake_clock import Clock
 
 from guards.review import ReviewStore
+from tests.guards.fake_clock import Clock
 
 
 @pytest.fixture

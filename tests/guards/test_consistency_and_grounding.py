@@ -20,6 +20,7 @@ from guards import (
 from guards.text import normalize, quoted_share
 
 if TYPE_CHECKING:
+    from guards.embedder import Embedder as GuardEmbedder
     from rag.retrieval.embed import Embedder
 
 
@@ -86,7 +87,7 @@ PASSAGES = (
 )
 
 
-def grounding(answer: str, embedder: Embedder = None) -> tuple[Outcome, dict]:
+def grounding(answer: str, embedder: GuardEmbedder | None = None) -> tuple[Outcome, dict]:
     result = GroundingGuard(embedder).check(GuardContext("q", answer, passages=PASSAGES))
     return result.outcome, dict(result.evidence)
 

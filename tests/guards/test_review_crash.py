@@ -66,9 +66,9 @@ def test_committed_items_survive_kill_9_and_nothing_is_half_written(tmp_path: Pa
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     conn.close()
     store = ReviewStore(db)  # opens (and recovers the WAL) after every crash
-    for item_id, stage in committed.items():
+    for item_id, reached in committed.items():
         item = store.get(item_id)
-        assert REACHED[item.status] >= stage, item_id
+        assert REACHED[item.status] >= reached, item_id
         assert item.passages == [{"text": "p" * 500}] and item.answer == "answer " * 50
         if item.status is Status.EDITED:
             assert (

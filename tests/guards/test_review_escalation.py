@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fake_clock import Clock
 
 from guards.review import (
     EscalatedElsewhereError,
@@ -20,6 +19,7 @@ from guards.review import (
 )
 from guards.review.backend import Database
 from guards.review.migrations import migrate
+from tests.guards.fake_clock import Clock
 
 
 def _escalated(store: ReviewStore, question: str, to: str | None = None) -> str:

@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fake_clock import Clock
 
 from guards.review import NewItem, Ratings, Resolution, ReviewItem, ReviewStore, Status
+from tests.guards.fake_clock import Clock
 
 
 def fill(store: ReviewStore, clock: Clock, num_items: int) -> list[str]:

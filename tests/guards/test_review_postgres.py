@@ -6,8 +6,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-from fake_clock import Clock
-from test_review_escalation import escalation_scenario, migration_scenario
 
 from guards.review import (
     AlreadyResolvedError,
@@ -21,6 +19,8 @@ from guards.review import (
     queue_stats,
 )
 from guards.review.migrations import SCHEMA_VERSION
+from tests.guards.fake_clock import Clock
+from tests.guards.test_review_escalation import escalation_scenario, migration_scenario
 from tests.postgres import new_database
 
 

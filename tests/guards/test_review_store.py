@@ -6,10 +6,11 @@ import json
 import sqlite3
 import threading
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from fake_clock import Clock
 from sqlalchemy import event
 
 from guards.review import (
@@ -32,10 +33,11 @@ from guards.review import (
 from guards.review.backend import Cursor, Database
 from guards.review.errors import SchemaTooNewError
 from guards.review.migrations import SCHEMA_VERSION, migrate
+from tests.guards.fake_clock import Clock
 
 
-def flagged(question: str = "How tall is the Eiffel Tower?", **kw: object) -> NewItem:
-    defaults: dict[str, object] = {
+def flagged(question: str = "How tall is the Eiffel Tower?", **kw: Any) -> NewItem:
+    defaults: dict[str, Any] = {
         "answer": "It is 330 metres tall [1].",
         "candidates": ["It is 330 metres tall [1].", "300 m"],
         "passages": [
@@ -55,7 +57,7 @@ def flagged(question: str = "How tall is the Eiffel Tower?", **kw: object) -> Ne
         "index_version": "v1",
     }
     defaults.update(kw)
-    return NewItem(question, **defaults)  # type: ignore[arg-type]
+    return NewItem(question, **defaults)
 
 
 def test_an_item_keeps_every_field_and_starts_pending(store: ReviewStore, clock: Clock) -> None:
@@ -148,7 +150,7 @@ def test_release_escalate_and_unknown_ids(store: ReviewStore) -> None:
         ({"usefulness": True}, "usefulness"),
     ],
 )
-def test_ratings_out_of_range_are_refused(kwargs: dict[str, int], fragment: str) -> None:
+def test_ratings_out_of_range_are_refused(kwargs: dict[str, Any], fragment: str) -> None:
     with pytest.raises(InvalidReviewError, match=fragment):
         Ratings(**kwargs)
 
@@ -177,7 +179,8 @@ def test_priority_deadline_and_filters(store: ReviewStore, clock: Clock) -> None
     items, total = store.list_items()
     assert total == 3 and [i.id for i in items] == [kg.id, low.id, high.id]
     assert store.list_items(reason="KNOWLEDGE_graph")[1] == 1
-    assert store.claim_next("ann").id == kg.id  # type: ignore[union-attr]
+    claimed = store.claim_next("ann")
+    assert claimed is not None and claimed.id == kg.id
     assert [i.id for i in store.list_items(assignee="ann")[0]] == [kg.id]
     clock.now += 3700
     assert store.list_items(is_overdue=True)[1] == 3
@@ -385,6 +388,8 @@ def test_postgresql_paramstyle_translation() -> None:
             self.sql, self.params = sql, params
 
     raw = Raw()
+    # Raw stands in for a SQLAlchemy Connection: Cursor only reads dialect.name and calls
+    # exec_driver_sql.
     Cursor(raw).execute(  # type: ignore[arg-type]
         "SELECT a FROM t WHERE b = ? AND c LIKE '5%' AND d = ?", (1, 2)
     )
@@ -402,7 +407,9 @@ def test_queue_wide_queries_use_an_index_not_a_scan(tmp_path: Path) -> None:
         store.add(flagged(f"q{i}", index_version=f"v{i % 3}"))
     statements: list[tuple[str, tuple[object, ...]]] = []
 
-    def record(conn: object, cursor: object, sql: str, params: object, *_: object) -> None:
+    def record(
+        conn: object, cursor: object, sql: str, params: Iterable[object], *_: object
+    ) -> None:
         statements.append((sql, tuple(params)))
 
     event.listen(store.db.engine, "before_cursor_execute", record)
@@ -579,8 +586,7 @@ def test_the_stats_show_which_reviewer_lowers_agreement(store: ReviewStore) -> N
     stats = queue_stats(store)
     everyone = stats.agreement["relevance"]
     without = {r.reviewer: r.alpha_without["relevance"] for r in stats.reviewers}
-    assert without["carl"] == pytest.approx(
-        krippendorff_alpha([[a, b] for a, b, _ in triples], "ordinal")
-    )
-    assert everyone is not None and without["carl"] > 0.8 > everyone
-    assert without["ann"] < everyone and without["bob"] < everyone
+    ann, bob, carl = without["ann"], without["bob"], without["carl"]
+    assert carl == pytest.approx(krippendorff_alpha([[a, b] for a, b, _ in triples], "ordinal"))
+    assert everyone is not None and ann is not None and bob is not None and carl is not None
+    assert carl > 0.8 > everyone and ann < everyone and bob < everyone

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 import pytest
 
 from guards import Candidate, Evidence, GuardContext, Outcome
-from guards.verifier import VerifierGuard, evidence_window, verifier_inputs
+from guards.verifier import Verifier, VerifierGuard, evidence_window, verifier_inputs
+
+if TYPE_CHECKING:
+    from rag.eval.verifier_training import VerifierExample
+
+    Trained: TypeAlias = tuple[Verifier, Path, list[VerifierExample]]
+    """The ``trained`` fixture: the verifier, its saved file and its training examples."""
 
 HANDBOOK = Evidence(
     "h#0",
@@ -43,7 +49,7 @@ def test_the_evidence_window_leads_with_the_sentence_holding_the_answer() -> Non
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, list[Any]]:
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     """A verifier trained for one epoch on a few crafted examples, saved, and the examples."""
     base = embedding_path()
     from rag.eval.verifier_training import (
@@ -70,7 +76,9 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, list[A
     return verifier, path, examples
 
 
-def test_the_guard_abstains_without_passages_or_an_answer_and_emits_a_logit(trained) -> None:
+def test_the_guard_abstains_without_passages_or_an_answer_and_emits_a_logit(
+    trained: Trained,
+) -> None:
     guard = VerifierGuard(trained[0])
     q = "How many vacation days do new hires get?"
     assert guard.check(GuardContext(q, "25 days.")).outcome is Outcome.ABSTAIN
@@ -82,7 +90,9 @@ def test_the_guard_abstains_without_passages_or_an_answer_and_emits_a_logit(trai
     assert (result.outcome is Outcome.PASS) == (result.score >= 0.5)
 
 
-def test_a_configured_verifier_loads_offline_and_joins_the_chain(trained, tmp_path) -> None:
+def test_a_configured_verifier_loads_offline_and_joins_the_chain(
+    trained: Trained, tmp_path: Path
+) -> None:
     """RAGGUARD_VERIFIER=FILE: the checker builds the verifier guard, which scores a pair as the
     trained model did; without the setting there is no verifier guard."""
     from rag.guarding import AnswerChecker, load_verifier
@@ -123,11 +133,10 @@ def test_the_verifier_setting_off_a_bad_file_and_a_foreign_base(tmp_path: Path) 
         load_verifier(Settings(verifier=weights))
 
 
-def test_training_on_cached_layers_saves_what_the_full_model_scores(trained) -> None:
+def test_training_on_cached_layers_saves_what_the_full_model_scores(trained: Trained) -> None:
     """The cached training path scores as the full forward pass; the saved file (half
     precision) loads to the same scores; folds are stable."""
     base = embedding_path()
-    from guards.verifier import Verifier
     from rag.eval.verifier_training import FrozenCache, cached_scores, fold_of, load_base
 
     verifier, path, examples = trained
