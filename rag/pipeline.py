@@ -20,7 +20,7 @@ from engine.client import EngineClient, as_engine_client, build_engine_client
 from engine.client import EngineUnavailableError as EngineDown
 from engine.errors import RemoteBusyError
 from guards import Action, Policy
-from guards.review import CachedAnswer
+from guards.review import CachedAnswer, ReviewStore
 from rag import citations, demo, logs
 from rag.background import BackgroundLoop
 from rag.engine_failures import as_ragguard_error
@@ -71,9 +71,18 @@ class _Ask:
 class Pipeline:
     """Grounded question answering over the collections of one index folder."""
 
-    def __init__(self, settings: Settings, embedder: Embedder, engine: EngineClient | Generator):
+    def __init__(
+        self,
+        settings: Settings,
+        embedder: Embedder,
+        engine: EngineClient | Generator,
+        *,
+        reviews: ReviewStore | None = None,
+    ):
         """``engine``: an engine client (owned by the caller), or a synchronous generator such
-        as ``LLMEngine``/``HFGenerator``, which the pipeline wraps in a client it owns."""
+        as ``LLMEngine``/``HFGenerator``, which the pipeline wraps in a client it owns.
+        ``reviews``: the review store to queue into, owned by the caller (the server's); by
+        default the pipeline opens the settings' store and owns it."""
         self.settings = settings
         self.embedder = embedder
         self.engine, self._owns_engine = as_engine_client(engine)
@@ -86,12 +95,20 @@ class Pipeline:
             if self.checker is not None and settings.self_verification
             else None
         )
-        self.reviews = ReviewDesk(open_review_store(settings))
+        self.reviews = (
+            ReviewDesk(open_review_store(settings))
+            if reviews is None
+            else ReviewDesk(reviews, owns_store=False)
+        )
         self._loop = BackgroundLoop()
 
     @classmethod
     def from_settings(
-        cls, settings: Settings | None = None, *, require_index: bool = True
+        cls,
+        settings: Settings | None = None,
+        *,
+        require_index: bool = True,
+        reviews: ReviewStore | None = None,
     ) -> Pipeline:
         """Load the embedding model and the generator named by the settings (offline by default).
 
@@ -115,7 +132,7 @@ class Pipeline:
             raise type(exc)(
                 f"{exc} [settings: RAGGUARD_MODEL, RAGGUARD_ALLOW_HUB, RAGGUARD_GENERATOR]"
             ) from exc
-        pipeline = cls(settings, embedder, engine)
+        pipeline = cls(settings, embedder, engine, reviews=reviews)
         pipeline._owns_engine = True
         if demo.builds_demo(settings):
             try:

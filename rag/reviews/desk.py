@@ -61,8 +61,10 @@ class ReviewDesk:
     """The act stage's side of the review queue, and its one owner in the pipeline: a reviewer's
     earlier answer to reuse, or a new item for a person to judge."""
 
-    def __init__(self, store: ReviewStore):
+    def __init__(self, store: ReviewStore, *, owns_store: bool = True):
         self.store = store
+        self._owns_store = owns_store
+        """False when the store is lent (the server's lifespan owns it): ``close`` leaves it."""
 
     def reviewed_answer(self, question: str, index: str, version: str) -> CachedAnswer | None:
         """A reviewer's approved (or edited) answer to this question on this index version."""
@@ -87,4 +89,5 @@ class ReviewDesk:
         return item.id
 
     def close(self) -> None:
-        self.store.close()
+        if self._owns_store:
+            self.store.close()

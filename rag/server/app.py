@@ -36,7 +36,8 @@ logger = logging.getLogger(__name__)
 
 def _load(state: ServerState) -> None:
     # A missing index is not fatal here: documents can be posted to it once the server runs.
-    pipeline = Pipeline.from_settings(state.settings, require_index=False)
+    # One owner of the review store: the lifespan's, which reviewers use while the model loads.
+    pipeline = Pipeline.from_settings(state.settings, require_index=False, reviews=state.reviews)
     state.telemetry.watch_engine(pipeline.engine.stats)
     state.pipeline = pipeline
 

@@ -29,7 +29,8 @@ class ServerState:
     keys: KeyStore | None = None
     """Opened by the lifespan."""
     reviews: ReviewStore | None = None
-    """The pipeline's review store, or (while the model loads) the server's own connection."""
+    """The one review store: opened by the lifespan (reviewers work while the model loads) and
+    lent to the pipeline it loads; or, for an app given a pipeline, that pipeline's."""
     telemetry: Telemetry = field(default_factory=Telemetry)
     admission: Admission = field(init=False)
 

@@ -18,6 +18,7 @@ from rag.server import create_app
 
 if TYPE_CHECKING:
     from rag.pipeline import Pipeline
+    from rag.settings import Settings
 
 
 @pytest.fixture
@@ -333,3 +334,32 @@ def test_the_engine_in_its_own_process_serves_the_app(tmp_path: Path) -> None:
         assert [p.name for p in multiprocessing.active_children()] == ["ragguard-engine"]
     # Leaving the app shut the engine down: its process is gone.
     assert multiprocessing.active_children() == []
+
+
+def test_the_server_and_its_pipeline_share_one_review_store(
+    settings: Settings, fake_demo_index_template: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lifespan opens the store (reviewers work while the model loads) and lends it to the
+    pipeline it loads: an item the pipeline queues is the reviewers' at once."""
+    import shutil
+
+    from rag.pipeline import Pipeline
+    from rag.server import app as app_module
+    from tests.fakes import HashingEmbedder, ScriptedGenerator
+
+    shutil.copytree(fake_demo_index_template, settings.index_dir / "demo")
+
+    def load_fakes(s: Settings, *, require_index: bool, reviews: object) -> Pipeline:
+        return Pipeline(s, HashingEmbedder(), ScriptedGenerator(), reviews=reviews)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(app_module.Pipeline, "from_settings", load_fakes)
+    app = create_app(settings)
+    with TestClient(app) as http:
+        state = app.state.ragguard
+        ready = readiness_after_loading(http, timeout_s=60)
+        assert ready.json()["status"] == "ready", ready.text
+        assert state.pipeline.reviews.store is state.reviews
+        asked = http.post("/v1/ask", json={"question": "What is a KV cache?", "review_below": 1.0})
+        assert asked.json()["decision"] == "review"
+        listed = http.get("/v1/reviews").json()["items"]
+        assert [i["id"] for i in listed] == [asked.json()["review_id"]]
