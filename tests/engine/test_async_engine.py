@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import AsyncGenerator, Iterator
 from typing import TYPE_CHECKING
 
 import pytest
@@ -13,10 +14,12 @@ from engine.async_engine import AsyncEngine
 
 if TYPE_CHECKING:
     from engine.llm_engine import LLMEngine
+    from engine.outputs import RequestOutput
+    from engine.scheduler import ScheduledBatch
 
 
 @pytest.fixture
-def async_engine(llm_engine):
+def async_engine(llm_engine: LLMEngine) -> Iterator[AsyncEngine]:
     engine = AsyncEngine(llm_engine)
     yield engine
     engine.shutdown()
@@ -40,19 +43,21 @@ def test_tokens_stream_and_match_the_synchronous_result(async_engine: AsyncEngin
     assert steps[-1] == expected
 
 
-def test_concurrent_requests_share_steps(async_engine: AsyncEngine) -> None:
+def test_concurrent_requests_share_steps(
+    async_engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     engine = async_engine.engine
     schedule = engine.scheduler.schedule
     requests_per_step: list[int] = []
 
-    def recording_schedule():
+    def recording_schedule() -> ScheduledBatch:
         # Counted on the engine's thread, when the batch is formed: what the callers see later
         # depends on how the two threads happen to be scheduled on a busy machine.
         batch = schedule()
         requests_per_step.append(len({seq.request_id for seq, _ in batch.items}))
         return batch
 
-    engine.scheduler.schedule = recording_schedule  # type: ignore[method-assign]
+    monkeypatch.setattr(engine.scheduler, "schedule", recording_schedule)
 
     # Long enough (no early end of sequence) that the three overlap even when the engine
     # starts the first before the others arrive.
@@ -70,10 +75,7 @@ def test_concurrent_requests_share_steps(async_engine: AsyncEngine) -> None:
             *(one(q) for q in ("Name a fruit.", "Name a river.", "Name a city."))
         )
 
-    try:
-        counts = asyncio.run(main())
-    finally:
-        del engine.scheduler.schedule
+    counts = asyncio.run(main())
     assert counts == [32, 32, 32]
     assert max(requests_per_step) >= 2, "the requests never ran in the same step"
 
@@ -86,6 +88,7 @@ def test_leaving_the_stream_aborts_and_frees_blocks(async_engine: AsyncEngine) -
             prompt(async_engine, "Tell me a long story."),
             SamplingParams(max_tokens=200, ignore_eos=True),
         )
+        assert isinstance(stream, AsyncGenerator)  # typed AsyncIterator: aclose is ours to call
         async for out in stream:
             if len(out.outputs[0].token_ids) >= 2:
                 break
@@ -123,7 +126,7 @@ def test_requests_arriving_together_share_the_first_step(llm_engine: LLMEngine) 
             assert out.timing.first_scheduled_time is not None
             return out.timing.first_scheduled_time
 
-        async def main() -> list[float]:
+        async def main() -> tuple[float, float]:
             return await asyncio.gather(late(0.0), late(0.15))
 
         first, second = asyncio.run(main())
@@ -185,12 +188,12 @@ def test_sync_and_async_callers_on_one_engine_both_get_their_results(
 
     engine = async_engine.engine
     text = prompt(async_engine, "Name three colours.")
-    sync_result: list = []
+    sync_result: list[RequestOutput] = []
     worker = threading.Thread(
         target=lambda: sync_result.extend(engine.generate([text], SamplingParams(max_tokens=12)))
     )
 
-    async def main():
+    async def main() -> RequestOutput:
         worker.start()
         return await async_engine.generate_full(text, SamplingParams(max_tokens=12))
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
@@ -10,9 +10,12 @@ import torch
 from engine import EngineConfig, SamplingParams
 from engine.beam_search import BeamSearch
 from engine.llm_engine import LLMEngine
+from tests.engine.reference import hf_generate
 from tests.engine.test_llm_engine import QUESTIONS, chat
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
     from engine.hf_generator import HFGenerator
 
 
@@ -44,18 +47,25 @@ def test_beam_search_parameters_are_checked() -> None:
         SamplingParams(use_beam_search=True, beam_width=0)
 
 
-def hf_beams(model, prompt_ids: list[int], width: int, n: int, max_tokens: int, eos, **kw):  # type: ignore[no-untyped-def]
+def hf_beams(
+    model: PreTrainedModel,
+    prompt_ids: list[int],
+    width: int,
+    n: int,
+    max_tokens: int,
+    eos: list[int],
+    **kw: Any,
+) -> list[list[int]]:
     ids = torch.tensor([prompt_ids])
-    with torch.inference_mode():
-        out = model.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=max_tokens,
-            do_sample=False,
-            num_beams=width,
-            num_return_sequences=n,
-            **kw,
-        )
+    out = hf_generate(
+        model,
+        ids,
+        max_new_tokens=max_tokens,
+        do_sample=False,
+        num_beams=width,
+        num_return_sequences=n,
+        **kw,
+    )
     beams = []
     for row in out:
         tokens = row[ids.shape[1] :].tolist()

@@ -76,7 +76,12 @@ def _generate_with(
     decode_batches: list[int] = []
     run = graphs.run
 
-    def counting_run(shape, token_ids, positions, block_tables):
+    def counting_run(
+        shape: tuple[int, int],
+        token_ids: list[int],
+        positions: list[int],
+        block_tables: list[list[int]],
+    ) -> torch.Tensor:
         decode_batches.append(len(token_ids))
         return run(shape, token_ids, positions, block_tables)
 

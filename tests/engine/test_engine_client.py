@@ -24,6 +24,7 @@ from engine.client import (
 if TYPE_CHECKING:
     from engine.hf_generator import HFGenerator
     from engine.llm_engine import LLMEngine
+    from engine.outputs import RequestOutput
 
 
 def test_backends_are_chosen_by_name_from_a_registry(llm_engine: LLMEngine) -> None:
@@ -49,7 +50,7 @@ def test_backends_are_chosen_by_name_from_a_registry(llm_engine: LLMEngine) -> N
 
 
 def test_synchronous_generators_are_wrapped_and_clients_passed_through(
-    llm_engine, generator
+    llm_engine: LLMEngine, generator: HFGenerator
 ) -> None:
     wrapped, owned = as_engine_client(llm_engine)
     assert isinstance(wrapped, AsyncEngine) and owned
@@ -77,7 +78,7 @@ def test_the_transformers_baseline_streams_its_result_and_can_be_aborted(
         started.set()
         return None
 
-    async def abort_once_started() -> object:
+    async def abort_once_started() -> RequestOutput:
         long = SamplingParams(max_tokens=400, ignore_eos=True, stop_check=note_start)
         task = asyncio.create_task(generate_all(client, text, long, "story"))
         while not started.is_set():
@@ -86,7 +87,7 @@ def test_the_transformers_baseline_streams_its_result_and_can_be_aborted(
         return await asyncio.wait_for(task, timeout=120)
 
     aborted = asyncio.run(abort_once_started())
-    completion = aborted.outputs[0]  # type: ignore[attr-defined]
+    completion = aborted.outputs[0]
     assert completion.finish_reason is FinishReason.ABORT and len(completion.token_ids) < 400
     client.shutdown()
     with pytest.raises(RuntimeError, match="shut down"):

@@ -96,6 +96,7 @@ def _write_tiny_gguf(path: Path, *, tied: bool) -> dict[str, torch.Tensor]:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     shipped = resolve_model(None)
+    assert shipped.gguf_file is not None
     reader = gguf.GGUFReader(Path(shipped.directory) / shipped.gguf_file)
     vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
     heads, kv_heads, layers = 4, 2, 2

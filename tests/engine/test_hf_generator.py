@@ -6,10 +6,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 import torch
-from stop_checks import LOOP_REASON, stop_on_tail_loop
 
 from engine import FinishReason, PromptTooLongError, SamplingParams
 from engine.hf_generator import _PresenceFrequencyPenalty
+from tests.engine.reference import hf_generate
+from tests.engine.stop_checks import LOOP_REASON, stop_on_tail_loop
 
 if TYPE_CHECKING:
     from engine.hf_generator import HFGenerator
@@ -29,10 +30,9 @@ def test_greedy_matches_transformers_generate_token_for_token(generator: HFGener
     prompt = _prompt(generator, QUESTIONS[0])
     ours = generator.generate([prompt], SamplingParams(max_tokens=16))[0]
     ids = torch.tensor([ours.prompt_token_ids])
-    with torch.inference_mode():
-        reference = generator.model.generate(
-            ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False
-        )[0, ids.shape[1] :].tolist()
+    reference = hf_generate(generator.model, ids, max_new_tokens=16, do_sample=False)[
+        0, ids.shape[1] :
+    ].tolist()
     eos = generator.eos_token_ids
     expected = reference[: next((i for i, t in enumerate(reference) if t in eos), len(reference))]
     assert ours.outputs[0].token_ids == expected
@@ -98,7 +98,8 @@ def test_max_tokens_gives_length_finish_and_timings(generator: HFGenerator) -> N
     assert out.outputs[0].finish_reason is FinishReason.LENGTH
     assert len(out.outputs[0].token_ids) == 6
     timing = out.timing
-    assert 0 < timing.time_to_first_token_s <= timing.e2e_latency_s
+    ttft, e2e = timing.time_to_first_token_s, timing.e2e_latency_s
+    assert ttft is not None and e2e is not None and 0 < ttft <= e2e
     assert len(timing.inter_token_latencies_s) == 5
 
 

@@ -7,14 +7,17 @@ from typing import TYPE_CHECKING
 
 import pytest
 import torch
-from stop_checks import LOOP_REASON, stop_on_tail_loop
 
 from engine import EngineConfig, FinishReason, PromptTooLongError, SamplingParams
 from engine.llm_engine import LLMEngine
+from tests.engine.reference import hf_generate
+from tests.engine.stop_checks import LOOP_REASON, stop_on_tail_loop
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
     from engine.hf_generator import HFGenerator
-    from engine.llm_engine import LLMEngine
+    from engine.scheduler import ScheduledBatch
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -50,19 +53,18 @@ def chat(engine: LLMEngine, question: str) -> str:
     return engine.apply_chat_template([{"role": "user", "content": question}])
 
 
-def hf_greedy(model, prompt_ids: list[int], max_tokens: int, eos: list[int]) -> list[int]:  # type: ignore[no-untyped-def]
+def hf_greedy(
+    model: PreTrainedModel, prompt_ids: list[int], max_tokens: int, eos: list[int]
+) -> list[int]:
     ids = torch.tensor([prompt_ids])
-    with torch.inference_mode():
-        out = model.generate(
-            ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens, do_sample=False
-        )
-    tokens = out[0, ids.shape[1] :].tolist()
+    out = hf_generate(model, ids, max_new_tokens=max_tokens, do_sample=False)
+    tokens: list[int] = out[0, ids.shape[1] :].tolist()
     return tokens[: next((i for i, t in enumerate(tokens) if t in eos), len(tokens))]
 
 
 @pytest.mark.slow  # 48 s: the default tier keeps shorter equivalence checks
 def test_greedy_is_token_identical_to_transformers_on_21_prompts(
-    engine: LLMEngine, generator, monkeypatch: pytest.MonkeyPatch
+    engine: LLMEngine, generator: HFGenerator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prompts = [chat(engine, q) for q in QUESTIONS]
     params = SamplingParams(max_tokens=20)
@@ -82,7 +84,7 @@ def test_greedy_is_token_identical_to_transformers_on_21_prompts(
     batch = engine.scheduler.schedule
     groups_seen: list[int] = []
 
-    def counting_schedule():
+    def counting_schedule() -> ScheduledBatch:
         scheduled = batch()
         groups_seen.append(
             len(
@@ -122,7 +124,7 @@ def test_chosen_token_logprobs_match_the_reference_model(
 
 
 def test_random_tiny_qwen2_with_qkv_bias_and_gqa_matches_transformers(
-    tmp_path: Path, generator
+    tmp_path: Path, generator: HFGenerator
 ) -> None:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -308,5 +310,5 @@ def test_stop_check_ends_a_completion_early_with_its_reason(engine: LLMEngine) -
     fifth = SamplingParams(max_tokens=20, stop_check=lambda ids: "five" if len(ids) >= 5 else None)
     out = engine.generate([chat(engine, QUESTIONS[3])], fifth)[0].outputs[0]
     assert (len(out.token_ids), out.stop_reason) == (5, "five")
-    with pytest.raises(ValueError, match="stop_check"):
+    with pytest.raises(ValueError, match="stop_check"):  # not a callable: refused
         SamplingParams(stop_check="loop")  # type: ignore[arg-type]

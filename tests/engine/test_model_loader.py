@@ -7,6 +7,7 @@ import pytest
 
 from engine import EngineConfig, ModelNotFoundError, SamplingParams
 from engine.model_loader import converted_gguf_dir, default_model_path, resolve_model
+from tests.engine.reference import hf_generate
 
 if TYPE_CHECKING:
     from engine.hf_generator import HFGenerator
@@ -83,9 +84,9 @@ def test_a_hugging_face_model_directory_loads_and_generates(
     assert tiny.model_name == "tiny" and tiny.max_model_len == 256
     out = tiny.generate(["hello world"], SamplingParams(max_tokens=5))[0]
     ids = torch.tensor([out.prompt_token_ids])
-    reference = tiny.model.generate(
-        ids, attention_mask=torch.ones_like(ids), max_new_tokens=5, do_sample=False
-    )[0, ids.shape[1] :].tolist()
+    reference = hf_generate(tiny.model, ids, max_new_tokens=5, do_sample=False)[
+        0, ids.shape[1] :
+    ].tolist()
     completion = out.outputs[0]
     assert completion.token_ids == reference[: len(completion.token_ids)]
     assert (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, Iterator
 
 import pytest
 
@@ -81,6 +81,7 @@ def test_leaving_the_stream_aborts_the_request_in_the_child(process_engine: Proc
             chat(process_engine, "Tell me a long story."),
             SamplingParams(max_tokens=400, ignore_eos=True),
         )
+        assert isinstance(stream, AsyncGenerator)  # typed AsyncIterator: aclose is ours to call
         async for out in stream:
             if len(out.outputs[0].token_ids) >= 2:
                 break

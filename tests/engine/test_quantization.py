@@ -78,13 +78,15 @@ def int8_engine() -> LLMEngine:
     )
 
 
-def test_the_int8_model_keeps_a_quarter_of_the_weight_bytes(int8_engine, llm_engine) -> None:  # type: ignore[no-untyped-def]
+def test_the_int8_model_keeps_a_quarter_of_the_weight_bytes(
+    int8_engine: LLMEngine, llm_engine: LLMEngine
+) -> None:
     assert weight_bytes(int8_engine.model) < 0.26 * weight_bytes(llm_engine.model)
     assert not any(isinstance(m, torch.nn.Linear) for m in int8_engine.model.modules())
 
 
 def test_the_int8_engine_follows_the_float_one_on_the_parity_prompts(
-    int8_engine, llm_engine
+    int8_engine: LLMEngine, llm_engine: LLMEngine
 ) -> None:
     """Greedy decoding of a 135M model flips at near-ties under any change of precision (bf16
     weights keep 76% of the first 32 tokens, docs/benchmarks.md); what int8 must keep is the
@@ -97,7 +99,9 @@ def test_the_int8_engine_follows_the_float_one_on_the_parity_prompts(
     for f, q in zip(floats, int8s, strict=True):
         token = f.outputs[0].token_ids[0]
         same += q.outputs[0].token_ids[0] == token
-        q_top = q.outputs[0].top_logprobs[0]
+        q_tops = q.outputs[0].top_logprobs
+        assert q_tops is not None  # asked for: logprobs=5
+        q_top = q_tops[0]
         if token in q_top:
             gaps.append(abs(q_top[token] - f.outputs[0].logprobs[0]))
     assert same >= 19, same

@@ -44,7 +44,8 @@ def test_logprobs_are_raw_and_top_alternatives_sorted() -> None:
     expected = torch.log_softmax(LOGITS, -1)[0]
     assert result.token_ids == [2]  # token 1 is penalised
     assert abs(result.logprobs[0] - expected[2].item()) < 1e-6
-    assert list(result.top_logprobs[0]) == [1, 2]
+    top = result.top_logprobs[0]
+    assert top is not None and list(top) == [1, 2]
 
 
 def test_penalties() -> None:

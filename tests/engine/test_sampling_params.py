@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from engine import PRESETS, SamplingParams
@@ -25,8 +27,9 @@ from engine import PRESETS, SamplingParams
     ],
 )
 def test_invalid_values_raise_value_error_naming_the_field(field: str, value: float) -> None:
+    kwargs: dict[str, Any] = {field: value}
     with pytest.raises(ValueError, match=field):
-        SamplingParams(**{field: value})
+        SamplingParams(**kwargs)
 
 
 def test_empty_stop_string_rejected() -> None:
@@ -35,6 +38,7 @@ def test_empty_stop_string_rejected() -> None:
 
 
 def test_single_stop_string_becomes_a_list() -> None:
+    # A lone string is accepted at run time, beyond the declared list[str].
     assert SamplingParams(stop="\n").stop == ["\n"]  # type: ignore[arg-type]
 
 

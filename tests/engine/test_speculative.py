@@ -57,7 +57,9 @@ def test_bad_prompt_lookup_settings_are_refused() -> None:
 
 
 # ----------------------------------------------------------------------- the acceptance rule
-def _rows(params: SamplingParams, draft: list[int], generator: torch.Generator | None = None):  # type: ignore[no-untyped-def]
+def _rows(
+    params: SamplingParams, draft: list[int], generator: torch.Generator | None = None
+) -> list[SampleRow]:
     return [SampleRow(params, [1, 2], draft[:j], generator) for j in range(len(draft) + 1)]
 
 
@@ -74,10 +76,8 @@ def test_greedy_verification_keeps_the_agreeing_prefix_and_the_argmax_after_it()
     assert every.logprobs == pytest.approx(
         [float(expected[i, t]) for i, t in enumerate([3, 4, 0, 2])]
     )
-    assert (
-        every.top_logprobs[1] is not None
-        and max(every.top_logprobs[1], key=every.top_logprobs[1].get) == 4
-    )
+    second = every.top_logprobs[1]
+    assert second is not None and max(second, key=second.__getitem__) == 4
     with pytest.raises(ValueError, match="one row of logits per draft token"):
         verify_draft(logits[:2], _rows(params, [3, 4, 0]), [3, 4, 0])
 
