@@ -160,6 +160,19 @@ def test_completions_with_a_list_of_prompts(client: openai.OpenAI, model: str) -
     assert both.choices[1].text.startswith(two_each.choices[2].text)
 
 
+@pytest.mark.parametrize("penalty", ["frequency_penalty", "presence_penalty"])
+def test_penalties_reach_the_sampler(client: openai.OpenAI, model: str, penalty: str) -> None:
+    """Greedy decoding of a repeating prompt repeats; a penalty on repeated tokens breaks it."""
+    prompt = "one, one, one, one, one, one,"
+    plain = client.completions.create(model=model, prompt=prompt, max_tokens=16, temperature=0)
+    penalised = client.completions.create(
+        model=model, prompt=prompt, max_tokens=16, temperature=0, **{penalty: 2.0}
+    )
+    words = [plain.choices[0].text.casefold(), penalised.choices[0].text.casefold()]
+    assert words[1] != words[0]
+    assert words[1].count("one") < words[0].count("one"), words
+
+
 def test_usage_counts_the_prompt_tokens_served_from_the_prefix_cache(
     client: openai.OpenAI, model: str
 ) -> None:
