@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -18,9 +18,12 @@ from engine.remote import RemoteClient, RemoteConfig, chatml
 from engine.sampling_params import SamplingParams
 from tests.scripted_openai import Script, scripted_app
 
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
 
 @pytest.fixture
-def remote(live_server: Callable[[object], str]) -> tuple[Script, str]:
+def remote(live_server: Callable[[ASGIApp], str]) -> tuple[Script, str]:
     script = Script()
     return script, live_server(scripted_app(script)) + "/v1"
 

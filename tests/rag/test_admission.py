@@ -234,7 +234,8 @@ def test_the_wait_bound_follows_the_service_time_at_low_load() -> None:
         admission.check()  # predicted 1 x 2 s / 2: within one answer's time
         waiters = [asyncio.create_task(admission.slot().__aenter__())]
         await asyncio.sleep(0)
-        assert admission.predicted_wait_s() > admission.wait_bound_s()  # type: ignore[operator]
+        bound = admission.wait_bound_s()
+        assert bound is not None and admission.predicted_wait_s() > bound
         with pytest.raises(OverloadedError, match="predicted wait of 2 s"):
             admission.check()  # 2 x (2 s and a little, the recent mean) / 2
         for task in waiters:

@@ -14,6 +14,8 @@ from rag.cli import commands, main
 from rag.server import create_app
 
 if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
     from rag.pipeline import Pipeline
 
 QUESTION = "What does a KV cache store?"
@@ -21,7 +23,7 @@ QUESTION = "What does a KV cache store?"
 
 def test_ask_stream_prints_tokens_as_they_come_then_the_decision(
     fake_pipeline: Pipeline,
-    live_server: Callable[[object], str],
+    live_server: Callable[[ASGIApp], str],
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -29,11 +29,13 @@ from rag.errors import (
 from rag.server import create_app
 
 if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
     from rag.pipeline import Pipeline
 
 
 @pytest.fixture
-def server_url(demo_pipeline: Pipeline, live_server: Callable[[object], str]) -> str:
+def server_url(demo_pipeline: Pipeline, live_server: Callable[[ASGIApp], str]) -> str:
     return str(live_server(create_app(pipeline=demo_pipeline)))
 
 

@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pytest
 
 from rag.errors import (
@@ -17,11 +18,11 @@ from rag.errors import (
 )
 from rag.retrieval.collection import CollectionRegistry, CommitPolicy
 from rag.retrieval.documents import Document
+from rag.retrieval.embed import Embedder
 from rag.retrieval.index import VectorIndex
 
 if TYPE_CHECKING:
     from rag.pipeline import Pipeline
-    from rag.retrieval.embed import Embedder
 
 FACTS = {
     "kv": "A KV cache stores attention keys and values so they are not recomputed.",
@@ -35,7 +36,7 @@ def registry(path: Path, embedder: Embedder) -> CollectionRegistry:
 
 
 def test_ingest_skips_unchanged_replaces_changed_and_survives_restart(
-    tmp_path: Path, embedder
+    tmp_path: Path, embedder: Embedder
 ) -> None:
     reg = registry(tmp_path, embedder)
     collection = reg.get("kb", create=True)
@@ -95,28 +96,33 @@ def test_an_interrupted_first_demo_build_is_completed(pipeline: Pipeline) -> Non
     assert not ensure_demo_index(pipeline.collections)
 
 
-class _EmbedderThatDies:
+class _EmbedderThatDies(Embedder):
     """The session embedder, but embedding fails once ``texts_left`` texts are used up (a crash
     mid-ingestion); counts the texts it embedded."""
 
-    def __init__(self, inner, texts_left: float) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, inner: Embedder, texts_left: float) -> None:
+        # Not Embedder.__init__: the model is inner's, already loaded.
         self.inner = inner
+        self.model_id, self.dimension = inner.model_id, inner.dimension
+        self.max_seq_length = inner.max_seq_length
         self.texts_left = texts_left
         self.embedded = 0
 
-    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
-        return getattr(self.inner, name)
+    def tokenize(self, text: str) -> list[int]:
+        return self.inner.tokenize(text)
 
-    def embed(self, texts: list[str], batch_size: int = 64):  # type: ignore[no-untyped-def]
+    def embed(
+        self, texts: list[str], *, batch_size: int = 64, show_progress: bool = False
+    ) -> np.ndarray:
         if len(texts) > self.texts_left:
             raise RuntimeError("killed mid-ingestion")
         self.texts_left -= len(texts)
         self.embedded += len(texts)
-        return self.inner.embed(texts, batch_size=batch_size)
+        return self.inner.embed(texts, batch_size=batch_size, show_progress=show_progress)
 
 
 def test_an_interrupted_ingestion_keeps_its_committed_groups_and_the_rerun_skips_them(
-    tmp_path: Path, embedder
+    tmp_path: Path, embedder: Embedder
 ) -> None:
     import faiss
 
@@ -125,7 +131,7 @@ def test_an_interrupted_ingestion_keeps_its_committed_groups_and_the_rerun_skips
     ]
     policy = CommitPolicy(max_chunks=3, max_seconds=math.inf, max_commit_share=0.0)
     dying = _EmbedderThatDies(embedder, texts_left=7)  # dies inside the third group of three
-    reg = CollectionRegistry(tmp_path, dying, chunk_size=64, chunk_overlap=8, commit_policy=policy)  # type: ignore[arg-type]
+    reg = CollectionRegistry(tmp_path, dying, chunk_size=64, chunk_overlap=8, commit_policy=policy)
     with pytest.raises(RuntimeError, match="killed"):
         reg.get("kb", create=True).ingest(docs)
     reg.close()
@@ -135,6 +141,7 @@ def test_an_interrupted_ingestion_keeps_its_committed_groups_and_the_rerun_skips
     assert index.generation == 2  # one commit per group
     # The FAISS file of the committed generation holds exactly the committed chunks.
     vectors = faiss.read_index(str(tmp_path / "kb" / f"vectors-{index.generation}.faiss"))
+    assert isinstance(vectors, faiss.IndexIDMap)
     stored = faiss.vector_to_array(vectors.id_map)
     conn = sqlite3.connect(tmp_path / "kb" / "chunks.sqlite")
     assert sorted(stored.tolist()) == [
@@ -144,7 +151,7 @@ def test_an_interrupted_ingestion_keeps_its_committed_groups_and_the_rerun_skips
     index.close()
 
     counting = _EmbedderThatDies(embedder, texts_left=math.inf)
-    rerun = CollectionRegistry(tmp_path, counting, chunk_size=64, chunk_overlap=8)  # type: ignore[arg-type]
+    rerun = CollectionRegistry(tmp_path, counting, chunk_size=64, chunk_overlap=8)
     report = rerun.get("kb").ingest(docs)
     assert len(report.skipped) == 6 and len(report.added) == 6
     assert counting.embedded == 6  # only what the crash lost is embedded again

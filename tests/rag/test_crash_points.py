@@ -285,6 +285,7 @@ def check_index(path: Path) -> dict[str, str]:
     assert not ordinals, f"chunks without their document: {sorted(ordinals)}"
 
     vectors = faiss.read_index(str(path / f"vectors-{generation}.faiss"))
+    assert isinstance(vectors, faiss.IndexIDMap)
     ids = faiss.vector_to_array(vectors.id_map)
     stored = vectors.index.reconstruct_n(0, vectors.ntotal)
     assert sorted(ids.tolist()) == [r[0] for r in rows]

@@ -23,7 +23,7 @@ DOCS = {
     "river.txt": "The Danube flows through ten countries before it reaches the Black Sea.",
     "moon.txt": "Apollo 11 landed on the Moon in July 1969; Neil Armstrong stepped out first.",
 }
-ITEMS = [
+ITEMS: list[dict[str, Any]] = [  # as the dataset's JSON lines
     {
         "id": "tower",
         "question": "How tall is the Eiffel Tower?",

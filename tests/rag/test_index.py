@@ -96,7 +96,9 @@ def test_failure_during_the_database_write_keeps_the_old_index(
     calls = {"n": 0}
     original = VectorIndex._insert_rows
 
-    def failing_insert(self, document, chunks, vectors):
+    def failing_insert(
+        self: VectorIndex, document: Document, chunks: list[Chunk], vectors: np.ndarray
+    ) -> list[tuple[int, np.ndarray]]:
         calls["n"] += 1
         if calls["n"] == 2:
             raise OSError("disk full")
@@ -114,7 +116,7 @@ def test_failure_during_the_database_write_keeps_the_old_index(
 
 
 def test_failure_writing_faiss_after_commit_leaves_a_consistent_index(
-    tmp_path: Path, monkeypatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import faiss
 

@@ -19,6 +19,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from engine.client import ThreadedClient
 from rag.errors import IndexNotFoundError
 from rag.integrations.llama_index import (
+    GuardEvaluationResult,
     GuardEvaluator,
     LlamaIndexRetriever,
     RagGuardEmbedding,
@@ -79,7 +80,7 @@ def test_a_llama_index_query_engine_runs_on_our_llm_and_embedder(
     engine = RetrieverQueryEngine.from_args(
         retriever,
         llm=llm,
-        node_postprocessors=[RelevancePostprocessor(HashingEmbedder(), min_score=0.1)],  # type: ignore[arg-type]
+        node_postprocessors=[RelevancePostprocessor(HashingEmbedder(), min_score=0.1)],
     )
     response = engine.query(QUESTION)
     assert response.source_nodes[0].node.get_content() == TEAM_DOCS["leave"]
@@ -88,11 +89,11 @@ def test_a_llama_index_query_engine_runs_on_our_llm_and_embedder(
 
 def test_the_postprocessor_rescores_drops_and_caps(vector_index: VectorStoreIndex) -> None:
     nodes = [NodeWithScore(node=TextNode(text=t), score=0.0) for t in TEAM_DOCS.values()]
-    gate = RelevancePostprocessor(HashingEmbedder(), min_score=0.2, top_k=1)  # type: ignore[arg-type]
+    gate = RelevancePostprocessor(HashingEmbedder(), min_score=0.2, top_k=1)
     kept = gate.postprocess_nodes(nodes, QueryBundle(QUESTION))
     assert [n.node.get_content() for n in kept] == [TEAM_DOCS["leave"]]
     assert kept[0].score is not None and kept[0].score >= 0.2
-    everything = RelevancePostprocessor(HashingEmbedder(), min_score=-1.0)  # type: ignore[arg-type]
+    everything = RelevancePostprocessor(HashingEmbedder(), min_score=-1.0)
     assert len(everything.postprocess_nodes(nodes, QueryBundle(QUESTION))) == 3
     with pytest.raises(ValueError, match="query"):
         gate.postprocess_nodes(nodes)
@@ -110,6 +111,9 @@ def test_the_guards_evaluate_a_llama_index_response(fake_pipeline: Pipeline) -> 
         response="New hires get 90 vacation days and a free car.",
         contexts=[TEAM_DOCS["parking"]],
     )
+    # llama-index's evaluate is declared to return its base EvaluationResult.
+    assert isinstance(supported, GuardEvaluationResult)
+    assert isinstance(unsupported, GuardEvaluationResult)
     assert supported.score is not None and unsupported.score is not None
     assert supported.score > unsupported.score
     assert supported.decision in ("answer", "review", "abstain")
@@ -140,7 +144,9 @@ class KeywordRetriever(BaseRetriever):
         return sorted(scored, key=lambda n: -(n.score or 0.0))
 
 
-def test_llama_index_retrievers_answer_ragguard_questions(fake_pipeline, vector_index) -> None:  # type: ignore[no-untyped-def]
+def test_llama_index_retrievers_answer_ragguard_questions(
+    fake_pipeline: Pipeline, vector_index: VectorStoreIndex
+) -> None:
     embedder = fake_pipeline.embedder
     fake_pipeline.retriever.register(
         "team", LlamaIndexRetriever(vector_index.as_retriever(similarity_top_k=2), embedder)

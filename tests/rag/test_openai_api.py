@@ -20,6 +20,7 @@ from engine.outputs import streamable_text
 from rag.server import create_app
 from rag.server.admission import Admission
 from rag.server.auth import Role
+from tests.server_state import key_store, server_state
 
 if TYPE_CHECKING:
     from rag.pipeline import Pipeline
@@ -166,7 +167,12 @@ def test_penalties_reach_the_sampler(client: openai.OpenAI, model: str, penalty:
     prompt = "one, one, one, one, one, one,"
     plain = client.completions.create(model=model, prompt=prompt, max_tokens=16, temperature=0)
     penalised = client.completions.create(
-        model=model, prompt=prompt, max_tokens=16, temperature=0, **{penalty: 2.0}
+        model=model,
+        prompt=prompt,
+        max_tokens=16,
+        temperature=0,
+        frequency_penalty=2.0 if penalty == "frequency_penalty" else 0.0,
+        presence_penalty=2.0 if penalty == "presence_penalty" else 0.0,
     )
     words = [plain.choices[0].text.casefold(), penalised.choices[0].text.casefold()]
     assert words[1] != words[0]
@@ -294,7 +300,7 @@ def test_errors_come_back_in_openai_shape(
 def test_overload_is_a_429_with_retry_after(
     client: openai.OpenAI, http: TestClient, model: str
 ) -> None:
-    state = http.app.state.ragguard  # type: ignore[attr-defined]
+    state = server_state(http)
     state.admission = Admission(1, 0, state.telemetry.load)  # one at work, none waiting
 
     async def while_busy() -> None:
@@ -419,7 +425,7 @@ def test_grounded_streaming_and_concurrent_requests_async(http: TestClient, mode
 
 
 def test_api_keys_are_bearer_tokens(http: TestClient, model: str) -> None:
-    keys = http.app.state.ragguard.keys  # type: ignore[attr-defined]
+    keys = key_store(http)
     app_key = keys.create("web", Role.APP)
     reviewer_key = keys.create("ann", Role.REVIEWER)
 

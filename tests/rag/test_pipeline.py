@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
+from engine.async_engine import AsyncEngine
 from guards.registry import registered_guards
 from rag.citations import attribute, cited_numbers, is_declined
 from rag.errors import IndexNotFoundError, InvalidInputError
@@ -36,12 +37,12 @@ def test_demo_question_is_answered_with_a_citation_of_the_fact(demo_pipeline: Pi
 def test_irrelevant_question_abstains_without_calling_the_model(
     demo_pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def no_generation(*args, **kwargs):
+    def no_generation(*args: object, **kwargs: object) -> NoReturn:
         raise AssertionError("the model must not be called")
 
     monkeypatch.setattr(demo_pipeline.engine, "generate", no_generation)
     result = demo_pipeline.ask("Who won the 1998 football world cup final?")
-    assert result.abstained and "min_score" in result.abstain_reason
+    assert result.abstained and result.abstain_reason and "min_score" in result.abstain_reason
     assert result.citations == [] and result.passages == []
     assert result.usage.completion_tokens == 0
 
@@ -101,7 +102,9 @@ def test_citation_attribution() -> None:
 def test_passages_are_dropped_until_the_prompt_fits_the_context(
     demo_pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(demo_pipeline.engine.engine, "max_model_len", 700)
+    client = demo_pipeline.engine
+    assert isinstance(client, AsyncEngine)  # the pipeline's own wrapper of the LLMEngine
+    monkeypatch.setattr(client.engine, "max_model_len", 700)
     result = demo_pipeline.ask(
         "How do batching and the KV cache interact?", top_k=8, min_score=0.0, max_tokens=8
     )
@@ -175,7 +178,8 @@ def test_every_answer_is_checked_and_decided(demo_pipeline: Pipeline) -> None:
     assert names == set(registered_guards()) - {"verifier"}
     assert result.samples and result.samples[0].text == result.answer
     assert result.verification is None  # self-verification is off by default
-    assert result.decision == "answer" and 0.2 <= result.confidence <= 1.0
+    assert result.decision == "answer" and result.confidence is not None
+    assert 0.2 <= result.confidence <= 1.0
     assert next(g for g in result.guard_results if g.name == "grounding").outcome == "pass"
     assert (
         next(g for g in result.guard_results if g.name == "self_consistency").outcome == "abstain"
@@ -215,7 +219,8 @@ def test_low_confidence_goes_to_review_durably_or_abstains(demo_pipeline: Pipeli
 
     refused = demo_pipeline.ask(question, abstain_below=0.9999, review_below=0.9999)
     assert refused.decision == "abstain" and refused.abstained and refused.answer == "I don't know."
-    assert refused.citations == [] and "confidence" in refused.abstain_reason
+    assert refused.citations == [] and refused.abstain_reason
+    assert "confidence" in refused.abstain_reason
     # The overrides were this request's only: the configured policy still answers.
     assert demo_pipeline.ask(question).decision == "answer"
     with pytest.raises(InvalidInputError, match="abstain_below <= review_below"):

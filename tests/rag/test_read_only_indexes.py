@@ -26,10 +26,10 @@ def read_only(tmp_path: Path, fake_demo_index_template: Path) -> Iterator[Pipeli
         index_dir=tmp_path / "indexes",
         data_dir=tmp_path / "data",
         read_only_indexes=True,
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
     )
     shutil.copytree(fake_demo_index_template, settings.index_dir / "demo")
-    pipeline = Pipeline(settings, HashingEmbedder(), ScriptedGenerator())  # type: ignore[arg-type]
+    pipeline = Pipeline(settings, HashingEmbedder(), ScriptedGenerator())
     yield pipeline
     pipeline.close()
 
@@ -60,7 +60,7 @@ def test_a_read_only_reader_follows_what_a_writer_commits(read_only: Pipeline) -
     reader = read_only.collections.get("demo")
     with pytest.raises(ReadOnlyIndexError):
         reader.ingest([Document("x", "Paged attention stores keys in fixed-size blocks.")])
-    writer = CollectionRegistry(read_only.settings.index_dir, HashingEmbedder())  # type: ignore[arg-type]
+    writer = CollectionRegistry(read_only.settings.index_dir, HashingEmbedder())
     try:
         writer.get("demo").ingest([Document("lanterns", "The tenth lantern hangs by door 3.")])
     finally:

@@ -25,6 +25,7 @@ from engine.sampling_params import SamplingParams
 from guards import Action
 from rag.pipeline import Pipeline
 from rag.settings import Settings
+from rag.types import ResultEvent
 
 if TYPE_CHECKING:
     from engine.llm_engine import LLMEngine
@@ -162,6 +163,7 @@ def test_the_pipeline_and_guards_run_over_the_remote_generator(
         assert result.decision in set(Action)
         assert result.usage.prompt_tokens > 100 and result.usage.completion_tokens > 0
         streamed = list(pipeline.ask_stream("What does a KV cache avoid recomputing?"))
+        assert isinstance(streamed[-1], ResultEvent)
         assert streamed[-1].result.answer == result.answer  # greedy: the same answer
     finally:
         pipeline.close()

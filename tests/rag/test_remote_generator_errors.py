@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -17,9 +17,12 @@ from rag.settings import Settings
 from tests.fakes import HashingEmbedder
 from tests.scripted_openai import Script, scripted_app
 
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
 
 @pytest.fixture
-def remote(live_server: Callable[[object], str]) -> tuple[Script, str]:
+def remote(live_server: Callable[[ASGIApp], str]) -> tuple[Script, str]:
     script = Script()
     return script, live_server(scripted_app(script)) + "/v1"
 
@@ -47,7 +50,7 @@ def test_a_busy_remote_is_a_429_with_retry_after_on_every_route(
     script, url = remote
     shutil.copytree(fake_demo_index_template, settings.index_dir / "demo")
     engine = RemoteClient(RemoteConfig(url, backoff_s=0.0, max_retries=0), max_model_len=None)
-    pipeline = Pipeline(settings, HashingEmbedder(), engine)  # type: ignore[arg-type]
+    pipeline = Pipeline(settings, HashingEmbedder(), engine)
     with TestClient(create_app(pipeline=pipeline)) as http:
         for path, body in (
             ("/v1/ask", {"question": "What is a KV cache?"}),

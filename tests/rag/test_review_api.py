@@ -21,6 +21,7 @@ from rag.reviews import export
 from rag.reviews.export import export_rows
 from rag.server import create_app
 from rag.server.auth import KeyStore, Role, check_bind
+from tests.server_state import key_store, review_store
 
 if TYPE_CHECKING:
     from rag.pipeline import Pipeline
@@ -32,6 +33,7 @@ BOB = {"x-reviewer": "bob"}
 
 @pytest.fixture
 def client(fake_pipeline: Pipeline) -> Iterator[TestClient]:
+    assert fake_pipeline.checker is not None  # the guards are on by default
     fake_pipeline.checker.policy = Policy(abstain_below=0.0, review_below=1.0)  # all to review
     with TestClient(create_app(pipeline=fake_pipeline)) as http:
         yield http
@@ -39,7 +41,7 @@ def client(fake_pipeline: Pipeline) -> Iterator[TestClient]:
 
 def queued(client: TestClient, question: str = "Is it true?") -> str:
     """An item put straight into the store (no model call): for the bad-input cases."""
-    store = client.app.state.ragguard.reviews  # type: ignore[attr-defined]
+    store = review_store(client)
     item = store.add(
         NewItem(
             question,
@@ -152,7 +154,7 @@ def test_export_streams_each_item_once_while_reviewers_work(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(export, "_EXPORT_PAGE", 3)
-    store = client.app.state.ragguard.reviews  # type: ignore[attr-defined]
+    store = review_store(client)
     store.add_gold("Capital of France?", "Paris.", is_correct=True)
     for i in range(10):
         queued(client, f"q{i}?")  # and one gold item comes with them
@@ -291,7 +293,7 @@ def test_unknown_ids_are_404(client: TestClient) -> None:
 
 
 def test_api_keys_and_roles(client: TestClient) -> None:
-    keys: KeyStore = client.app.state.ragguard.keys  # type: ignore[attr-defined]
+    keys = key_store(client)
     # No keys: authentication is off (loopback only) and everyone is an admin.
     made = client.post("/v1/keys", json={"name": "root", "role": "admin"})
     assert made.status_code == 201 and made.json()["key"].startswith("rg_")
@@ -420,7 +422,7 @@ def test_an_admin_makes_a_resolved_item_gold(client: TestClient) -> None:
 
 
 def test_resolved_items_are_handed_out_for_more_ratings(client: TestClient) -> None:
-    store = client.app.state.ragguard.reviews  # type: ignore[attr-defined]
+    store = review_store(client)
     store.min_ratings = 2
     item_id = queued(client, "Is the KV cache on the GPU?")
     assert client.post("/v1/reviews/next-to-rate", headers=BOB).json() is None  # not resolved

@@ -17,6 +17,8 @@ from guards.review import NewItem, ReviewStore
 from rag.cli import main
 
 if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
     from rag.pipeline import Pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,9 +109,10 @@ def test_serve_refuses_to_listen_beyond_loopback_without_keys(tmp_path: Path) ->
 
 
 @pytest.fixture
-def server(demo_pipeline: Pipeline, live_server: Callable[[object], str]) -> str:
+def server(demo_pipeline: Pipeline, live_server: Callable[[ASGIApp], str]) -> str:
     from rag.server import create_app
 
+    assert demo_pipeline.checker is not None  # the guards are on by default
     demo_pipeline.checker.policy = Policy(abstain_below=0.0, review_below=1.0)
     return str(live_server(create_app(pipeline=demo_pipeline)))
 

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from guards.review import NewItem
 from rag.server import create_app
 from rag.settings import Settings
+from tests.server_state import review_store
 
 
 @pytest.fixture
@@ -28,7 +29,7 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
 
 
 def queued(client: TestClient, question: str = "Is it true?") -> str:
-    store = client.app.state.ragguard.reviews  # type: ignore[attr-defined]
+    store = review_store(client)
     return str(store.add(NewItem(question, "Yes.", confidence=0.1)).id)
 
 

@@ -21,6 +21,10 @@ import pytest
 from guards import Policy
 
 if TYPE_CHECKING:
+    from playwright.sync_api import Page
+    from starlette.types import ASGIApp
+
+    from guards.review import ReviewStore
     from rag.pipeline import Pipeline
 
 pytestmark = pytest.mark.browser
@@ -41,15 +45,16 @@ if not Path(CHROMIUM).is_file():
 
 
 @pytest.fixture
-def server(demo_pipeline: Pipeline, live_server: Callable[[object], str]) -> str:
+def server(demo_pipeline: Pipeline, live_server: Callable[[ASGIApp], str]) -> str:
     from rag.server import create_app
 
+    assert demo_pipeline.checker is not None  # the guards are on by default
     demo_pipeline.checker.policy = Policy(abstain_below=0.0, review_below=1.0)  # all to review
     return str(live_server(create_app(pipeline=demo_pipeline)))
 
 
 @contextmanager
-def _browser_page() -> Iterator[object]:
+def _browser_page() -> Iterator[Page]:
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         context = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -60,12 +65,14 @@ def _browser_page() -> Iterator[object]:
 
 
 @pytest.fixture
-def page(server: str) -> Iterator[object]:
+def page(server: str) -> Iterator[Page]:
     with _browser_page() as page:
         yield page
 
 
-def test_a_reviewer_edits_and_approves_flagged_answers_in_the_browser(server: str, page) -> None:  # type: ignore[no-untyped-def]
+def test_a_reviewer_edits_and_approves_flagged_answers_in_the_browser(
+    server: str, page: Page
+) -> None:
     expect = sync_api.expect
     ask = httpx.Client(base_url=server, timeout=120)
     first = ask.post(
@@ -155,7 +162,7 @@ def test_a_reviewer_edits_and_approves_flagged_answers_in_the_browser(server: st
 
 
 def test_a_second_reviewer_rates_resolved_items_from_the_page(
-    server: str, page, demo_pipeline
+    server: str, page: Page, demo_pipeline: Pipeline
 ) -> None:
     expect = sync_api.expect
     demo_pipeline.reviews.store.min_ratings = 2
@@ -193,8 +200,8 @@ def test_a_second_reviewer_rates_resolved_items_from_the_page(
 
 @pytest.fixture
 def queue_server(
-    tmp_path: Path, live_server: Callable[[object], str]
-) -> Iterator[tuple[str, object]]:
+    tmp_path: Path, live_server: Callable[[ASGIApp], str]
+) -> Iterator[tuple[str, ReviewStore]]:
     """The server without a model (it fails to load; the queue does not need it), and its store."""
     from rag.server import create_app
     from rag.settings import Settings
@@ -210,7 +217,7 @@ def queue_server(
     yield url, app.state.ragguard.reviews
 
 
-def sign_in(page, url: str, name: str) -> None:  # type: ignore[no-untyped-def]
+def sign_in(page: Page, url: str, name: str) -> None:
     page.goto(url + "/review")
     page.fill("#reviewer", name)
     page.click("#who button[type=submit]")
@@ -218,14 +225,14 @@ def sign_in(page, url: str, name: str) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_text_that_would_reorder_or_control_the_page_is_shown_marked(
-    queue_server: tuple[str, object],
+    queue_server: tuple[str, ReviewStore],
 ) -> None:
     from guards.review import NewItem
 
     expect = sync_api.expect
     url, store = queue_server
     title = "Invoice \u202egnp.exe for \u2066you\u2069"
-    store.add(  # type: ignore[attr-defined]
+    store.add(
         NewItem(
             title,
             "Answer\x1b[2J\x1b]0;owned\x07 hidden\u200f.",
@@ -255,15 +262,15 @@ def test_text_that_would_reorder_or_control_the_page_is_shown_marked(
 
 
 def test_an_escalated_item_shows_to_whom_and_is_not_the_escalators(
-    queue_server: tuple[str, object],
+    queue_server: tuple[str, ReviewStore],
 ) -> None:
     from guards.review import NewItem, Resolution
 
     expect = sync_api.expect
     url, store = queue_server
-    item = store.add(NewItem("Too hard for ann?", "Maybe.")).id  # type: ignore[attr-defined]
-    store.claim(item, "ann")  # type: ignore[attr-defined]
-    store.resolve(item, "ann", Resolution.ESCALATE)  # type: ignore[attr-defined]
+    item = store.add(NewItem("Too hard for ann?", "Maybe.")).id
+    store.claim(item, "ann")
+    store.resolve(item, "ann", Resolution.ESCALATE)
     with _browser_page() as page:
         sign_in(page, url, "ann")
         page.select_option("#f-status", "escalated")
@@ -288,4 +295,4 @@ def test_an_escalated_item_shows_to_whom_and_is_not_the_escalators(
         expect(page.locator("#item-meta")).to_contain_text("escalated by bob to carol")
         expect(page.locator("#item-meta")).not_to_contain_text("claimed by")
         expect(page.locator("#claim")).to_be_disabled()
-    assert store.get(item).escalated_to == "carol"  # type: ignore[attr-defined]
+    assert store.get(item).escalated_to == "carol"

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 def test_an_edited_answer_is_served_until_the_index_changes(demo_pipeline: Pipeline) -> None:
     question = "What does a KV cache avoid recomputing?"
+    assert demo_pipeline.checker is not None  # the guards are on by default
     demo_pipeline.checker.policy = Policy(abstain_below=0.0, review_below=1.0)
     flagged = demo_pipeline.ask(question, max_tokens=8)
     assert flagged.decision == "review" and flagged.review_id

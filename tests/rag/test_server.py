@@ -10,13 +10,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 
 from rag.server import create_app
 
 if TYPE_CHECKING:
+    import httpx2  # starlette's TestClient is an httpx2.Client
+
     from rag.pipeline import Pipeline
     from rag.settings import Settings
 
@@ -254,7 +255,7 @@ def test_a_request_without_content_length_is_refused(client: TestClient) -> None
     assert response.status_code == 411 and "Content-Length" in response.json()["detail"]
 
 
-def readiness_after_loading(http: TestClient, timeout_s: float) -> httpx.Response:
+def readiness_after_loading(http: TestClient, timeout_s: float) -> httpx2.Response:
     """``/readyz`` once the background load has ended (or the last answer after ``timeout_s``)."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -343,14 +344,15 @@ def test_the_server_and_its_pipeline_share_one_review_store(
     pipeline it loads: an item the pipeline queues is the reviewers' at once."""
     import shutil
 
+    from guards.review import ReviewStore
     from rag.pipeline import Pipeline
     from rag.server import app as app_module
     from tests.fakes import HashingEmbedder, ScriptedGenerator
 
     shutil.copytree(fake_demo_index_template, settings.index_dir / "demo")
 
-    def load_fakes(s: Settings, *, require_index: bool, reviews: object) -> Pipeline:
-        return Pipeline(s, HashingEmbedder(), ScriptedGenerator(), reviews=reviews)  # type: ignore[arg-type]
+    def load_fakes(s: Settings, *, require_index: bool, reviews: ReviewStore | None) -> Pipeline:
+        return Pipeline(s, HashingEmbedder(), ScriptedGenerator(), reviews=reviews)
 
     monkeypatch.setattr(app_module.Pipeline, "from_settings", load_fakes)
     app = create_app(settings)

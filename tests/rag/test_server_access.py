@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -23,6 +24,10 @@ from fastapi.testclient import TestClient
 from guards.review import NewItem
 from rag.server import create_app
 from rag.settings import Settings
+from tests.server_state import review_store
+
+if TYPE_CHECKING:
+    import httpx2  # starlette's TestClient is an httpx2.Client
 
 ROOT = Path(__file__).resolve().parents[2]
 EVIL = {"origin": "http://evil.example"}
@@ -49,11 +54,13 @@ def client(app_settings: Settings) -> Iterator[TestClient]:
 
 
 def queued(client: TestClient) -> str:
-    store = client.app.state.ragguard.reviews  # type: ignore[attr-defined]
+    store = review_store(client)
     return str(store.add(NewItem("Is it true?", "Yes.")).id)
 
 
-def wait_until_failed(http: TestClient | httpx.Client, headers: dict[str, str]) -> httpx.Response:
+def wait_until_failed(
+    http: TestClient | httpx.Client, headers: dict[str, str]
+) -> httpx.Response | httpx2.Response:
     for _ in range(200):
         ready = http.get("/readyz", headers=headers)
         if ready.json()["status"] != "loading":

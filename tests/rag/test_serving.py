@@ -18,13 +18,20 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from engine.async_engine import AsyncEngine
 from rag import AsyncClient, Client
 from rag.errors import DeadlineExceededError, OverloadedError
 from rag.server import create_app
 from rag.types import PassagesEvent, ResultEvent, TokenEvent
 
 if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
+    from engine.llm_engine import LLMEngine
+    from engine.outputs import RequestOutput
+    from rag.guarding import Checked
     from rag.pipeline import Pipeline
+    from rag.server.state import ServerState
 
 QUESTION = "What does a KV cache avoid recomputing?"
 
@@ -32,13 +39,19 @@ QUESTION = "What does a KV cache avoid recomputing?"
 @dataclass
 class Live:
     url: str
-    pipeline: Any
-    state: Any
-    """The app's ServerState."""
+    pipeline: Pipeline
+    state: ServerState
+
+    @property
+    def engine(self) -> LLMEngine:
+        """The engine under the pipeline's AsyncEngine (the pipeline wraps the LLMEngine)."""
+        client = self.pipeline.engine
+        assert isinstance(client, AsyncEngine)
+        return client.engine
 
 
 @pytest.fixture
-def live(demo_pipeline: Pipeline, live_server: Callable[[object], str]) -> Live:
+def live(demo_pipeline: Pipeline, live_server: Callable[[ASGIApp], str]) -> Live:
     app = create_app(pipeline=demo_pipeline)
     return Live(live_server(app), demo_pipeline, app.state.ragguard)
 
@@ -109,10 +122,10 @@ def test_sdk_clients_iterate_over_the_stream(live: Live) -> None:
 def test_a_client_that_disconnects_stops_its_generation_and_queues_nothing(
     live: Live, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    engine = live.pipeline.engine.engine
+    engine = live.engine
     step = engine.step
 
-    def slow_step():
+    def slow_step() -> list[RequestOutput]:
         time.sleep(0.1)  # so the generation is surely still running when the client leaves
         return step()
 
@@ -159,9 +172,10 @@ def test_overload_is_refused_with_429_and_retry_after(
     # One slot and no waiting room; the first question holds the slot until released.
     live.state.admission = Admission(1, 0, live.state.telemetry.load)
     checker, checking, release = live.pipeline.checker, threading.Event(), threading.Event()
+    assert checker is not None  # the guards are on by default
     check = checker.check
 
-    def held_check(*args, **kwargs):
+    def held_check(*args: Any, **kwargs: Any) -> Checked:
         checking.set()
         release.wait(timeout=120)
         return check(*args, **kwargs)
@@ -187,7 +201,7 @@ def test_overload_is_refused_with_429_and_retry_after(
 
 
 def test_a_deadline_ends_with_504_and_stops_the_generation(live: Live) -> None:
-    engine = live.pipeline.engine.engine
+    engine = live.engine
     body = {"question": QUESTION, "max_tokens": 300, "timeout_s": 0.05}
     response = httpx.post(f"{live.url}/v1/ask", json=body, timeout=60)
     assert response.status_code == 504, response.text

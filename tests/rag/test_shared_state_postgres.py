@@ -49,7 +49,7 @@ def apps(
             _env_file=None,
         )
         shutil.copytree(fake_demo_index_template, settings.index_dir / "demo")
-        pipeline = Pipeline(settings, HashingEmbedder(), ScriptedGenerator())  # type: ignore[arg-type]
+        pipeline = Pipeline(settings, HashingEmbedder(), ScriptedGenerator())
         pipelines.append(pipeline)
         client = TestClient(create_app(settings, pipeline=pipeline))
         clients.append(client.__enter__())
