@@ -37,7 +37,7 @@ class Candidate:
 
 
 @dataclass(frozen=True, slots=True)
-class Evidence:
+class GuardPassage:
     """A retrieved passage, as guards see it (guards never import ``rag``)."""
 
     passage_id: str
@@ -51,14 +51,14 @@ class GuardContext:
 
     question: str
     answer: str
-    passages: tuple[Evidence, ...] = ()
+    passages: tuple[GuardPassage, ...] = ()
     candidates: tuple[Candidate, ...] = ()
     verification: float | None = None
     """The generator's own probability that the answer is correct and supported (P(yes) to a
     verification question asked after the answer), or None when it was not asked."""
 
     @property
-    def ranked(self) -> tuple[Evidence, ...]:
+    def ranked(self) -> tuple[GuardPassage, ...]:
         """The passages best first. ``passages`` is in the prompt's order (the numbers the
         answer cites), which need not be the retrieval rank."""
         return tuple(sorted(self.passages, key=lambda e: -e.score))

@@ -14,9 +14,9 @@ from guards import (
     Candidate,
     ConfidenceModel,
     Decision,
-    Evidence,
     GuardChain,
     GuardContext,
+    GuardPassage,
     GuardResult,
     KnowledgeGraph,
     Policy,
@@ -158,7 +158,7 @@ class AnswerChecker:
         ctx = GuardContext(
             question=question,
             answer=answer.text,
-            passages=tuple(Evidence(p.chunk_id, p.text, p.score) for p in passages),
+            passages=tuple(GuardPassage(p.chunk_id, p.text, p.score) for p in passages),
             candidates=tuple(samples),
             verification=verification,
         )

@@ -24,10 +24,10 @@ from engine.hf_generator import HFGenerator
 from guards import (
     Candidate,
     ConfidenceModel,
-    Evidence,
     GroundingGuard,
     GuardChain,
     GuardContext,
+    GuardPassage,
     RepetitionGuard,
     expected_calibration_error,
     features,
@@ -93,7 +93,7 @@ def check_pairs(items: Sequence[HaluEvalItem], chain: GuardChain, hf: HFGenerato
             ctx = GuardContext(
                 question=item.question,
                 answer=answer,
-                passages=(Evidence("knowledge", item.knowledge, 1.0),),
+                passages=(GuardPassage("knowledge", item.knowledge, 1.0),),
                 candidates=(Candidate(answer, tuple(logprobs), "stop"),),
             )
             results = chain.run(ctx).results

@@ -20,9 +20,9 @@ import numpy as np
 from guards import (
     Candidate,
     ConfidenceModel,
-    Evidence,
     GuardChain,
     GuardContext,
+    GuardPassage,
     GuardResult,
     expected_calibration_error,
     features,
@@ -82,7 +82,7 @@ def context_of(answer: LabelledAnswer) -> GuardContext:
     return GuardContext(
         question=r["question"],
         answer=r["answer"].strip(),
-        passages=tuple(Evidence(p["chunk_id"], p["text"], p["score"]) for p in r["passages"]),
+        passages=tuple(GuardPassage(p["chunk_id"], p["text"], p["score"]) for p in r["passages"]),
         candidates=tuple(
             Candidate(s["text"], tuple(s["token_logprobs"]), s.get("finish_reason"))
             for s in r["samples"]

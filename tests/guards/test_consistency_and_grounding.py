@@ -9,9 +9,9 @@ import pytest
 from guards import (
     Candidate,
     ConfidenceModel,
-    Evidence,
     GroundingGuard,
     GuardContext,
+    GuardPassage,
     Outcome,
     SelfConsistencyGuard,
     cluster_answers,
@@ -82,8 +82,8 @@ class _RagEmbedder:
 
 
 PASSAGES = (
-    Evidence("kv#0", "A KV cache stores the key and value tensors of previous tokens."),
-    Evidence("batch#0", "Continuous batching lets new requests join between decoding steps."),
+    GuardPassage("kv#0", "A KV cache stores the key and value tensors of previous tokens."),
+    GuardPassage("batch#0", "Continuous batching lets new requests join between decoding steps."),
 )
 
 
@@ -129,7 +129,9 @@ def test_a_negated_claim_is_not_grounded_by_the_positive_statement(embedder: Emb
     negated = "A KV cache does not store the key and value tensors of previous tokens [1]."
     assert grounding(negated)[0] is Outcome.FAIL
     assert grounding(negated, _RagEmbedder(embedder))[0] is Outcome.FAIL
-    denial = (Evidence("n#0", "Greedy decoding does not sample: it never picks a random token."),)
+    denial = (
+        GuardPassage("n#0", "Greedy decoding does not sample: it never picks a random token."),
+    )
     ok = GroundingGuard().check(
         GuardContext("q", "Greedy decoding does not sample.", passages=denial)
     )

@@ -8,10 +8,10 @@ import pytest
 from guards import (
     Candidate,
     ConfidenceModel,
-    Evidence,
     GroundingGuard,
     GuardChain,
     GuardContext,
+    GuardPassage,
     KnowledgeGraph,
     KnowledgeGraphGuard,
     Outcome,
@@ -21,7 +21,7 @@ from guards import (
 )
 from rag.eval.movies import MOVIE_RELATION_PHRASES
 
-PASSAGES = (Evidence("p1", "Kismet was directed by William Dieterle and released in 1944."),)
+PASSAGES = (GuardPassage("p1", "Kismet was directed by William Dieterle and released in 1944."),)
 GRAPH = KnowledgeGraph(
     [
         ("Kismet", "directed_by", "William Dieterle"),

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import pytest
 
-from guards import Candidate, Evidence, Guard, GuardChain, GuardContext, GuardResult, Outcome
+from guards import Candidate, Guard, GuardChain, GuardContext, GuardPassage, GuardResult, Outcome
 from guards.alignment import AnswerEvidenceGuard, context_match
 from guards.answers import QuestionKind, answer_core, question_kind, verdict
 from guards.confidence import features
@@ -24,14 +24,14 @@ from guards.registry import (
 )
 from guards.verification import SelfVerificationGuard
 
-HANDBOOK = Evidence("h#0", "New hires get 25 vacation days per year. Managers approve leave.")
-OTHER = Evidence("o#0", "The cafeteria opens at 8 am and closes at 3 pm on weekdays.")
+HANDBOOK = GuardPassage("h#0", "New hires get 25 vacation days per year. Managers approve leave.")
+OTHER = GuardPassage("o#0", "The cafeteria opens at 8 am and closes at 3 pm on weekdays.")
 
 
 def ctx(
     question: str,
     answer: str,
-    passages: tuple[Evidence, ...] = (HANDBOOK, OTHER),
+    passages: tuple[GuardPassage, ...] = (HANDBOOK, OTHER),
     samples: tuple[str, ...] = (),
     verification: float | None = None,
 ) -> GuardContext:
@@ -90,9 +90,9 @@ def test_i_dont_know_is_neither_supported_nor_contradicted() -> None:
 
 
 def test_conflicting_passages_are_found() -> None:
-    true = Evidence("t", "In 2020 the company was led by Alice Martin, its chief executive.")
-    fake = Evidence("f", "In 2020 the company was led by Bruno Keller, its chief executive.")
-    noise = Evidence("n", "The weather was mild in the spring.")
+    true = GuardPassage("t", "In 2020 the company was led by Alice Martin, its chief executive.")
+    fake = GuardPassage("f", "In 2020 the company was led by Bruno Keller, its chief executive.")
+    noise = GuardPassage("n", "The weather was mild in the spring.")
     question = "Who led the company in 2020?"
     guard = EvidenceConflictGuard()
     conflict = guard.check(ctx(question, "Alice Martin.", (true, fake, noise)))
@@ -101,16 +101,20 @@ def test_conflicting_passages_are_found() -> None:
     clean = guard.check(ctx(question, "Alice Martin.", (true, noise)))
     assert clean.outcome is Outcome.PASS
     # Samples that settle on another answer held by another passage are a conflict too.
-    other = Evidence("o", "Bruno Keller was appointed to lead the company that year.")
+    other = GuardPassage("o", "Bruno Keller was appointed to lead the company that year.")
     rival = guard.check(ctx(question, "Alice Martin.", (true, other), samples=("Bruno Keller",)))
     assert rival.outcome is Outcome.FAIL and rival.evidence["rival_answers"] == ["Bruno Keller"]
 
 
 def test_passages_that_disagree_are_found_when_the_answer_quotes_neither() -> None:
-    true = Evidence("t", "In February 2014, Facebook bought the messaging service WhatsApp.")
-    fake = Evidence("f", "In February 2014, Apple bought the messaging service WhatsApp.")
-    longer = Evidence("l", "In February 2014, Facebook bought the messaging service WhatsApp Inc.")
-    noise = Evidence("n", "WhatsApp lets people send messages and make calls over the internet.")
+    true = GuardPassage("t", "In February 2014, Facebook bought the messaging service WhatsApp.")
+    fake = GuardPassage("f", "In February 2014, Apple bought the messaging service WhatsApp.")
+    longer = GuardPassage(
+        "l", "In February 2014, Facebook bought the messaging service WhatsApp Inc."
+    )
+    noise = GuardPassage(
+        "n", "WhatsApp lets people send messages and make calls over the internet."
+    )
     question = "Who acquired WhatsApp?"
     guard = EvidenceConflictGuard()
     # The answer paraphrases: no passage holds it word for word, yet two passages disagree.
@@ -124,8 +128,10 @@ def test_passages_that_disagree_are_found_when_the_answer_quotes_neither() -> No
     assert guard.check(ctx(question, answer, (true, longer, noise))).outcome is Outcome.ABSTAIN
     assert guard.check(ctx(question, answer, (true, noise))).outcome is Outcome.ABSTAIN
     # Two records written to one template are about different things, not copies.
-    one = Evidence("a", "Tremors. Directed by: Ron Underwood. Released in: 1990. Genre: Horror.")
-    two = Evidence(
+    one = GuardPassage(
+        "a", "Tremors. Directed by: Ron Underwood. Released in: 1990. Genre: Horror."
+    )
+    two = GuardPassage(
         "b", "Stir Crazy. Directed by: Sidney Poitier. Released in: 1980. Genre: Comedy."
     )
     template = guard.check(ctx("Who directed Tremors?", "It was Underwood's film.", (one, two)))
@@ -204,6 +210,6 @@ def test_context_match_wants_the_answer_stated_about_what_the_question_asks() ->
     assert elsewhere is not None and elsewhere < about  # the sentence is about 2019
     assert context_match("Somebody else.", question, other_year) is None  # no passage holds it
     assert context_match("The 2021 Tour de France.", question, right_year) is None  # adds nothing
-    ctx = GuardContext(question, "Egan Bernal won it.", (Evidence("t#0", other_year[0], 0.9),))
+    ctx = GuardContext(question, "Egan Bernal won it.", (GuardPassage("t#0", other_year[0], 0.9),))
     result = AnswerEvidenceGuard().check(ctx)
     assert result.signals["context_match"] == pytest.approx(elsewhere - 0.5)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import pytest
 
-from guards import Candidate, Evidence, GuardContext, Outcome
+from guards import Candidate, GuardContext, GuardPassage, Outcome
 from guards.verifier import Verifier, VerifierGuard, evidence_window, verifier_inputs
 
 if TYPE_CHECKING:
@@ -16,11 +16,11 @@ if TYPE_CHECKING:
     Trained: TypeAlias = tuple[Verifier, Path, list[VerifierExample]]
     """The ``trained`` fixture: the verifier, its saved file and its training examples."""
 
-HANDBOOK = Evidence(
+HANDBOOK = GuardPassage(
     "h#0",
     "Our office is in Leeds. New hires get 25 vacation days per year. Managers approve leave.",
 )
-CAFE = Evidence("c#0", "The cafeteria opens at 8 am and closes at 3 pm on weekdays.")
+CAFE = GuardPassage("c#0", "The cafeteria opens at 8 am and closes at 3 pm on weekdays.")
 
 
 pytestmark = pytest.mark.model  # every test here loads a real model's weights
