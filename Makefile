@@ -37,10 +37,10 @@ lint: install
 # `model`. `make test-slow`: fuzzing, kill -9 crash points, the longest engine tests. CI runs
 # `make test` and `make test-slow`.
 test: lint
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" --durations=15
 
 test-slow: install
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -m slow --durations=15
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow and not model"
