@@ -23,19 +23,21 @@ _STOPWORDS = frozenset(
 _PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
 _SPACE = re.compile(r"\s+")
 _APOSTROPHE = re.compile(r"(?<=\w)['’](?=\w)")
-"""Inside a word an apostrophe is dropped, not split on: "I'll" and "Ill" are one word."""
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _LEADING_ARTICLE = re.compile(r"^(?:the|a|an) (?=.)")
 
 
 def normalize(text: str, *, articles: Literal["all", "leading", "keep"] = "all") -> str:
-    """The form texts are compared in: case-folded, accent- and punctuation-free (an apostrophe
-    inside a word is dropped), single-spaced, and without articles: ``all`` of them (answers
-    compared with each other and with passages), only a ``leading`` one (names: "The Lord of
-    the Rings" is "lord of the rings"), or none (``keep``: single words)."""
+    """The form texts are compared in: case-folded, accent- and punctuation-free, single-spaced,
+    and without articles: ``all`` of them (answers compared with each other and with passages;
+    an apostrophe is a word break, so "Nolan" is found in "Nolan's film"), only a ``leading``
+    one (names: "The Lord of the Rings" is "lord of the rings"), or none (``keep``: single
+    words). Names drop an apostrophe inside a word: "I'll" and "Ill" are one title."""
     text = unicodedata.normalize("NFKD", text)
     text = "".join(c for c in text if not unicodedata.combining(c)).casefold()
-    text = _SPACE.sub(" ", _PUNCT.sub(" ", _APOSTROPHE.sub("", text))).strip()
+    if articles != "all":
+        text = _APOSTROPHE.sub("", text)
+    text = _SPACE.sub(" ", _PUNCT.sub(" ", text)).strip()
     if articles == "all":
         return " ".join(_ARTICLES.sub(" ", text).split())
     if articles == "leading":

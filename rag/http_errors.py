@@ -101,7 +101,14 @@ def error_class_for(status: int, error_type: str) -> type[RagGuardError] | None:
         (
             cls
             for cls, code in STATUS.items()
-            if code == status and cls is not RagGuardError and issubclass(cls, RagGuardError)
+            if code == status
+            and cls not in _NOT_GENERAL
+            and cls is not RagGuardError
+            and issubclass(cls, RagGuardError)
         ),
         None,
     )
+
+
+_NOT_GENERAL = (BodyEncodingError,)
+"""Errors of one specific fault, never what an unknown error of their status is read as."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rag.prompt import SYSTEM_PROMPT, PassageOrder
@@ -69,7 +69,16 @@ class Settings(BaseSettings):
     model_cache_dir: Path | None = Field(
         None, description="converted-weights cache; default ~/.cache/ragguard/models"
     )
-    max_num_seqs: int = Field(32, ge=1, le=1024, description="sequences generated together")
+    max_num_seqs: int = Field(
+        32,
+        ge=1,
+        le=1024,
+        description="sequences generated together",
+        # RAGGUARD_MAX_BATCH_SIZE: the name before it followed the engine's; still read.
+        validation_alias=AliasChoices(
+            "max_num_seqs", "RAGGUARD_MAX_NUM_SEQS", "RAGGUARD_MAX_BATCH_SIZE"
+        ),
+    )
     max_num_batched_tokens: int = Field(
         2048, ge=16, le=65536, description="engine token budget per step"
     )

@@ -42,6 +42,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         index_type=args.index_type,
         chunk_size=args.chunk_size,
         chunk_overlap=args.chunk_overlap,
+        read_only_indexes=False,  # this is the writer that read-only servers wait for
     )
     from engine import EngineConfig
 

@@ -77,7 +77,10 @@ class FaissStore:
             return
         logger.info("%s: rebuilding FAISS generation %d from the database", self.folder, generation)
         self.rebuild()
-        self.persist(generation)
+        try:
+            self.persist(generation)
+        except OSError:  # a read-only folder: search from memory, the next writer saves it
+            logger.warning("%s: cannot save FAISS generation %d", self.folder, generation)
 
     def rebuild(self) -> None:
         """Fill a fresh FAISS index from every stored vector."""

@@ -32,6 +32,11 @@ def ctx(answer: str, samples: list[str]) -> GuardContext:
 
 def test_normalisation_and_exact_vote() -> None:
     assert normalize("  The Paris! ") == normalize("paris")
+    # Answers: an apostrophe breaks words, so "Nolan" is found in "Nolan's film"; names: "I'll"
+    # and "Ill" are one title, and only a leading article goes.
+    assert normalize("Christopher Nolan's 2010 film") == "christopher nolan s 2010 film"
+    assert normalize("I'll See You in My Dreams", articles="leading") == "ill see you in my dreams"
+    assert normalize("The Lord of the Rings", articles="leading") == "lord of the rings"
     vote = cluster_answers(["Paris.", "paris", "Lyon", "The Paris"])
     assert sorted(vote.majority) == [0, 1, 3] and vote.agreement == 0.75
     assert vote.semantic_entropy == pytest.approx(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)))

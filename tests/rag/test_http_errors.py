@@ -87,3 +87,9 @@ def test_each_of_ragguards_errors_comes_back_as_itself(cls: type[rag_errors.RagG
     """The SDK reads the table the server answers by: no second list to drift from it."""
     expected = None if cls is rag_errors.RagGuardError else cls
     assert error_class_for(status_of(cls("x")), cls.error_type) is expected
+
+
+def test_an_unknown_error_of_a_specific_status_stays_a_server_error() -> None:
+    """A 400 the framework answers (a malformed upload) is no body-encoding error."""
+    assert error_class_for(400, "http_error") is None
+    assert error_class_for(400, "invalid_encoding") is rag_errors.BodyEncodingError

@@ -249,6 +249,18 @@ def test_the_quantization_setting_reaches_the_engine_config(
     assert Settings(_env_file=None).engine_config().quantization == expected
 
 
+def test_max_num_seqs_reaches_the_engine_and_the_old_name_is_still_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rag.settings import Settings
+
+    assert Settings(max_num_seqs=5, _env_file=None).engine_config().max_num_seqs == 5
+    monkeypatch.setenv("RAGGUARD_MAX_BATCH_SIZE", "7")
+    assert Settings(_env_file=None).engine_config().max_num_seqs == 7
+    monkeypatch.setenv("RAGGUARD_MAX_NUM_SEQS", "9")  # the current name wins
+    assert Settings(_env_file=None).engine_config().max_num_seqs == 9
+
+
 def test_an_unknown_quantization_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     from pydantic import ValidationError
 

@@ -68,3 +68,18 @@ def test_a_read_only_reader_follows_what_a_writer_commits(read_only: Pipeline) -
     found = reader.search("tenth lantern door", 3)
     assert found and found[0].chunk.doc_id == "lanterns"
     assert not read_only.settings.index_dir.joinpath("fresh").exists()
+
+
+def test_the_setting_governs_serving_not_the_cli_that_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rag.cli import main
+    from rag.retrieval import embed
+
+    monkeypatch.setattr(embed, "Embedder", lambda *a, **kw: HashingEmbedder())
+    monkeypatch.setenv("RAGGUARD_READ_ONLY_INDEXES", "true")
+    monkeypatch.setenv("RAGGUARD_INDEX_DIR", str(tmp_path / "indexes"))
+    (tmp_path / "notes.md").write_text("The tenth lantern hangs by door 3.")
+    assert main(["ingest", str(tmp_path / "notes.md"), "--index", "kb", "--quiet"]) == 0
+    assert "1 added" in capsys.readouterr().out
+    assert Settings(_env_file=None).read_only_indexes  # still set for the server
