@@ -283,3 +283,43 @@ def test_speculative_decoding_counters_come_from_the_engine_stats() -> None:
     assert value("ragguard:spec_decode_num_draft_tokens_total") == 30
     assert value("ragguard:spec_decode_num_accepted_tokens_total") == 12
     assert value("ragguard:spec_decode_num_steps_off_total") == 5
+
+
+def test_the_openai_routes_end_at_a_deadline_and_when_the_client_leaves(
+    live: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The raw routes share /v1/ask's rules: a 504 in OpenAI's error shape at the deadline, and
+    a streamed completion whose client hangs up is aborted, its KV blocks freed."""
+    engine = live.engine
+    model = live.pipeline.engine.model_name
+    chat = {"model": model, "messages": [{"role": "user", "content": "Count to a thousand."}]}
+    late = httpx.post(
+        f"{live.url}/v1/chat/completions",
+        json={**chat, "max_tokens": 300, "timeout_s": 0.05},
+        timeout=60,
+    )
+    assert late.status_code == 504, late.text
+    error = late.json()["error"]
+    assert error["type"] == "server_error" and "deadline" in error["message"]
+    wait_until(lambda: not engine.has_unfinished_requests(), "engine idle after the deadline")
+    assert engine.block_manager.num_used_blocks == 0
+
+    step = engine.step
+
+    def slow_step() -> list[RequestOutput]:
+        time.sleep(0.1)  # so the generation is surely still running when the client leaves
+        return step()
+
+    monkeypatch.setattr(engine, "step", slow_step)
+    before = metrics(live.url)["ragguard:generation_tokens_total"]
+    body = {**chat, "max_tokens": 300, "stream": True, "ignore_eos": True}
+    with httpx.stream("POST", f"{live.url}/v1/chat/completions", json=body) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: ") and '"content"' in line:
+                break  # the first chunk: hang up mid-generation
+    wait_until(lambda: metrics(live.url)["ragguard:num_sequences_running"] == 0, "abort")
+    wait_until(lambda: not engine.has_unfinished_requests(), "engine idle after the hang-up")
+    assert engine.block_manager.num_used_blocks == 0
+    generated = metrics(live.url)["ragguard:generation_tokens_total"] - before
+    assert generated < 100, f"{generated} tokens generated for a client that left"
