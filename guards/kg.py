@@ -151,8 +151,8 @@ class KnowledgeGraph:
         not a title, unless the whole text is in lower case; ``weak=True`` lists such words
         too, marked ``weak``. Nor does a name begin in lower case and go on in capitals:
         "starred in Time Changer" holds the film "Time Changer", not "In Time"."""
-        tokens = name_tokens(text)
-        words = [normalize(t, articles="keep") for t in tokens]
+        pairs = name_tokens(text)
+        tokens, words = [t for t, _ in pairs], [w for _, w in pairs]
         mixed_case = text != text.casefold()
         mentions: list[Mention] = []
         i = 0

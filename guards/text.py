@@ -52,14 +52,16 @@ CUE_WORDS = FUNCTION_WORDS | {"about"}
 relation's values: "in French" is a language, "released in 1999" is not."""
 
 
-def name_tokens(text: str) -> list[str]:
-    """The tokens of ``text`` that hold a word (as written), the unit of entity linking."""
-    return [t for t in _TOKEN.findall(text) if normalize(t, articles="keep")]
+def name_tokens(text: str) -> list[tuple[str, str]]:
+    """The tokens of ``text`` that hold a word, each as written and normalised (articles
+    kept): the unit of entity linking."""
+    pairs = ((t, normalize(t, articles="keep")) for t in _TOKEN.findall(text))
+    return [(token, word) for token, word in pairs if word]
 
 
 def name_words(text: str) -> list[str]:
-    """The normalised words of ``text`` (articles kept), aligned with ``name_tokens``."""
-    return [normalize(t, articles="keep") for t in name_tokens(text)]
+    """The normalised words of ``text`` (articles kept), as ``name_tokens`` gives them."""
+    return [word for _, word in name_tokens(text)]
 
 
 _NEGATION = re.compile(r"\b(not|no|never|none|nor|cannot|without)\b|n't\b", re.IGNORECASE)
