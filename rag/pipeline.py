@@ -95,11 +95,8 @@ class Pipeline:
             if self.checker is not None and settings.self_verification
             else None
         )
-        self.reviews = (
-            ReviewDesk(open_review_store(settings))
-            if reviews is None
-            else ReviewDesk(reviews, owns_store=False)
-        )
+        store = open_review_store(settings) if reviews is None else reviews
+        self.reviews = ReviewDesk(store, owns_store=reviews is None)
         self._loop = BackgroundLoop()
 
     @classmethod

@@ -73,6 +73,17 @@ def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 60.0) ->
         time.sleep(0.05)
 
 
+def slow_down(engine: LLMEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.1 s more per engine step, so a generation is surely still running when a client leaves."""
+    step = engine.step
+
+    def slow_step() -> list[RequestOutput]:
+        time.sleep(0.1)
+        return step()
+
+    monkeypatch.setattr(engine, "step", slow_step)
+
+
 def sse(response: httpx.Response) -> Iterator[tuple[str, dict]]:
     event = "message"
     for line in response.iter_lines():
@@ -123,13 +134,7 @@ def test_a_client_that_disconnects_stops_its_generation_and_queues_nothing(
     live: Live, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     engine = live.engine
-    step = engine.step
-
-    def slow_step() -> list[RequestOutput]:
-        time.sleep(0.1)  # so the generation is surely still running when the client leaves
-        return step()
-
-    monkeypatch.setattr(engine, "step", slow_step)
+    slow_down(engine, monkeypatch)
     before = metrics(live.url)["ragguard:generation_tokens_total"]
     # Everything would go to review if it were answered: nothing may, as nobody is listening.
     body = {"question": QUESTION, "max_tokens": 300, "review_below": 1.0, "abstain_below": 0.0}
@@ -304,13 +309,7 @@ def test_the_openai_routes_end_at_a_deadline_and_when_the_client_leaves(
     wait_until(lambda: not engine.has_unfinished_requests(), "engine idle after the deadline")
     assert engine.block_manager.num_used_blocks == 0
 
-    step = engine.step
-
-    def slow_step() -> list[RequestOutput]:
-        time.sleep(0.1)  # so the generation is surely still running when the client leaves
-        return step()
-
-    monkeypatch.setattr(engine, "step", slow_step)
+    slow_down(engine, monkeypatch)
     before = metrics(live.url)["ragguard:generation_tokens_total"]
     body = {**chat, "max_tokens": 300, "stream": True, "ignore_eos": True}
     with httpx.stream("POST", f"{live.url}/v1/chat/completions", json=body) as response:
