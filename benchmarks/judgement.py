@@ -29,7 +29,9 @@ from guards import ConfidenceModel, GuardChain, KnowledgeGraph, Policy  # noqa: 
 from guards.registry import GuardDeps, build_guards, signal_directions  # noqa: E402
 from rag.eval.records import read_records  # noqa: E402
 from rag.eval.training import (  # noqa: E402
+    EVERYTHING,
     LabelledAnswer,
+    Recorded,
     figures,
     leave_one_set_out,
     load_run,
@@ -50,6 +52,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs", type=Path, required=True, help="folder of <set>/ eval outputs")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--l2", type=float, default=10.0, help="ridge penalty of the fit")
+    parser.add_argument(
+        "--plain-fit",
+        action="store_true",
+        help="fit on raw signals with one intercept (default: standardised signals, an "
+        "intercept per data set while fitting the weights)",
+    )
+    parser.add_argument(
+        "--all-recorded",
+        action="store_true",
+        help="let the guards see every recorded sample and the self-verification probability "
+        "(default: only what the default settings ask for: RAGGUARD_NUM_CANDIDATES answers, "
+        "P(yes) only with RAGGUARD_SELF_VERIFICATION)",
+    )
     parser.add_argument("--write-model", action="store_true", help=f"write {MODEL_PATH.name}")
     parser.add_argument("--model-path", type=Path, default=MODEL_PATH)
     parser.add_argument(
@@ -116,16 +131,23 @@ def main(argv: list[str] | None = None) -> None:
     if not answers:
         raise SystemExit(f"no labelled answers under {args.runs}")
     chain_for = chains(args.data_dir, args.verifier_folds)
-    rescore(answers, chain_for)
+    defaults = Settings()
+    seen = (
+        EVERYTHING
+        if args.all_recorded
+        else Recorded(samples=defaults.num_candidates, verification=defaults.self_verification)
+    )
+    rescore(answers, chain_for, seen)
+    fit_options = {"standardize": not args.plain_fit, "per_set_intercepts": not args.plain_fit}
     sets = list(dict.fromkeys(a.dataset for a in answers))
     by_set = {s: [a for a in answers if a.dataset == s] for s in sets}
     names = sorted({k for a in answers for k in a.signals})
     directions = signal_directions([g for a in answers for g in chain_for(a).guards])
-    loso = leave_one_set_out(answers, directions=directions, l2=args.l2)
+    loso = leave_one_set_out(answers, directions=directions, l2=args.l2, **fit_options)
     prior = ConfidenceModel.prior()
     report: dict[str, Any] = {"sets": {}, "signals": {}}
 
-    print(f"{len(answers)} labelled answers; l2 {args.l2}\n")
+    print(f"{len(answers)} labelled answers; l2 {args.l2}; guards saw {seen}; fit {fit_options}\n")
     print(
         "| set | answers | accuracy | confidence AUROC (left out) | ECE | acc. top 50 % "
         "| prior AUROC | mean logprob AUROC | best signal |"
@@ -182,6 +204,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{fmt(float(np.mean(above)) if above else None)} | "
             f"{fmt(float(np.mean(below)) if below else None)} |"
         )
+    fit_report(answers, sets, by_set, directions, args.l2)
     policy_report(sets, by_set, loso)
     model = ConfidenceModel.fit(
         [a.signals for a in answers],
@@ -189,6 +212,8 @@ def main(argv: list[str] | None = None) -> None:
         names=names,
         directions=directions,
         l2=args.l2,
+        standardize=fit_options["standardize"],
+        groups=[a.dataset for a in answers] if fit_options["per_set_intercepts"] else None,
     )
     print("\nWeights fitted on all sets:")
     for n, w in sorted(model.weights.items(), key=lambda kv: -abs(kv[1])):
@@ -214,6 +239,36 @@ def main(argv: list[str] | None = None) -> None:
         model.save(args.model_path)
         print(f"wrote {args.model_path}")
     print(json.dumps(report, default=float))
+
+
+def fit_report(
+    answers: list[LabelledAnswer],
+    sets: list[str],
+    by_set: dict[str, list[LabelledAnswer]],
+    directions: dict[str, int],
+    l2: float,
+) -> None:
+    """Left-out AUROC per set of each way of fitting, side by side on the same signals."""
+    print("\nLeft-out AUROC by way of fitting (same signals, same sign rule):\n")
+    print("| fit | " + " | ".join(sets) + " | mean |")
+    print("| --- | " + " | ".join("---" for _ in sets) + " | --- |")
+    for standardize in (False, True):
+        for per_set in (False, True):
+            loso = leave_one_set_out(
+                answers,
+                directions=directions,
+                l2=l2,
+                standardize=standardize,
+                per_set_intercepts=per_set,
+            )
+            aurocs = [figures(s, loso[s], [a.correct for a in by_set[s]]).auroc for s in sets]
+            scaling = "standardised" if standardize else "raw"
+            name = f"{scaling}, {'per-set' if per_set else 'one'} intercept"
+            print(
+                f"| {name} | "
+                + " | ".join(fmt(v) for v in aurocs)
+                + f" | {fmt(float(np.mean(aurocs)))} |"
+            )
 
 
 def policy_report(

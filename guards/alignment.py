@@ -5,7 +5,8 @@ answer gives what the question asks for (a yes/no, a number, a name), whether it
 the question (an answer that only restates the question answers nothing), whether its core span
 occurs in the passages, and in the best-ranked one, and whether a passage states it *about what
 the question asks*: a name found in a sentence about another year or another film is no support
-(``context_match``).
+(``context_match``). A yes/no answer has no span: its verdict is compared with the direction of
+the best-ranked passage's findings (``verdict_evidence``, ``guards.polarity``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from guards.answers import (
     new_words,
     question_kind,
     states_no_answer,
+    verdict,
 )
 from guards.base import Guard, GuardContext, GuardResult, Outcome
+from guards.polarity import verdict_evidence
 from guards.text import content_words, key_terms, normalize, overlap, sentences
 
 
@@ -77,6 +80,7 @@ class AnswerEvidenceGuard(Guard):
         "kind_match": 1,
         "answers_question": 1,
         "context_match": 1,
+        "verdict_evidence": 1,
     }
 
     def __init__(self, *, min_support: float = 0.5):
@@ -94,10 +98,19 @@ class AnswerEvidenceGuard(Guard):
         if matches is not None:
             signals["kind_match"] = 0.5 if matches else -0.5
             if not matches:
-                problems.append(f"the question asks for {kind.value.replace('_', '/')}")
+                problems.append(
+                    "the answer names neither option the question offers"
+                    if kind is QuestionKind.CHOICE
+                    else f"the question asks for {kind.value.replace('_', '/')}"
+                )
         evidence: dict[str, object] = {"question_kind": kind.value, "core": answer_core(ctx.answer)}
-        if kind is QuestionKind.YES_NO:  # "yes" is in no passage: only the kind can be checked
-            score = 1.0 if matches else 0.0
+        if kind is QuestionKind.YES_NO:  # "yes" is in no passage: the kind, and the findings'
+            score = 1.0 if matches else 0.0  # direction in the best-ranked passage
+            top = max(ctx.passages, key=lambda p: p.score)
+            leaning = verdict_evidence(verdict(ctx.answer), top.text)
+            if leaning is not None:
+                signals["verdict_evidence"] = leaning
+                evidence["verdict_evidence"] = leaning
         else:
             fresh = bool(new_words(ctx.answer, ctx.question))
             signals["answers_question"] = 0.5 if fresh else -0.5

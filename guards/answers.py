@@ -44,6 +44,7 @@ _NO_ANSWER_HINT = re.compile(
 
 class QuestionKind(enum.StrEnum):
     YES_NO = "yes_no"
+    CHOICE = "choice"  # "Who is older, Sid Haig or Vic Darchinyan?"
     NUMBER = "number"
     PERSON = "person"
     OTHER = "other"
@@ -62,9 +63,67 @@ def answer_core(answer: str) -> str:
     return first.strip().rstrip(".").strip()
 
 
+_OR = re.compile(r"\s+or\s+", re.IGNORECASE)
+_VERDICT_WORDS = frozenset({"yes", "no", "maybe"})
+_MAX_OPTION_WORDS = 8
+
+
+def choice_options(question: str) -> tuple[str, str] | None:
+    """The two options a question offers ("..., A or B?"), or None. The second option is what
+    follows the last "or"; the first is what follows the last comma or colon before it, or
+    else the run of capitalised words just before it ("formed first The Exies or Circus
+    Diablo?"). "Yes, no or maybe" offers no choice of answer."""
+    q = question.strip().rstrip("?.! ")
+    parts = _OR.split(q)
+    if len(parts) < 2:
+        return None
+    before, second = " or ".join(parts[:-1]), parts[-1].strip()
+    lead = _capitalised_run(second.split(), from_end=False)
+    if lead and len(lead) < len(second.split()):  # "Was Tom or Jerry born first?"
+        second = " ".join(lead)
+    if ("," in before or ":" in before) and len(re.split(r"[,:]", before)[-1].split()) > 0:
+        first = re.split(r"[,:]", before)[-1].strip()
+    else:
+        words = before.split()
+        run = _capitalised_run(words, from_end=True)
+        if len(run) == len(words) and len(run) > 1:
+            run = run[1:]  # the question's first word is capitalised for being first
+        first = " ".join(run)
+    options = (first, second)
+    if any(not content_words(o) or len(o.split()) > _MAX_OPTION_WORDS for o in options):
+        return None
+    if {w.casefold() for o in options for w in re.findall(r"\w+", o)} <= _VERDICT_WORDS:
+        return None
+    return options
+
+
+_NAME_GLUE = frozenset({"of", "the", "and", "de"})
+
+
+def _capitalised_run(words: list[str], *, from_end: bool) -> list[str]:
+    """The run of capitalised words (or numbers, with "of"/"the" inside names) at the end (or
+    the start) of ``words``."""
+    ordered = list(reversed(words)) if from_end else words
+    run: list[str] = []
+    for word in ordered:
+        if not (word[:1].isupper() or word[:1].isdigit()) and word.casefold() not in _NAME_GLUE:
+            break
+        run.append(word)
+    if from_end:
+        run.reverse()
+    while run and run[0].casefold() in _NAME_GLUE - {"the"}:
+        run.pop(0)
+    while run and run[-1].casefold() in _NAME_GLUE:
+        run.pop()
+    return run
+
+
 def question_kind(question: str) -> QuestionKind:
-    """What kind of answer the question asks for, from its first words."""
+    """What kind of answer the question asks for, from its first words (or the two options it
+    offers)."""
     q = question.strip()
+    if choice_options(q) is not None:
+        return QuestionKind.CHOICE
     if _YES_NO_START.match(q) or q.rstrip("?. ").casefold().endswith("yes, no or maybe"):
         return QuestionKind.YES_NO
     if _NUMBER_Q.search(q):
@@ -105,11 +164,22 @@ def kind_matches(kind: QuestionKind, answer: str, question: str) -> bool | None:
     core = answer_core(answer)
     if kind is QuestionKind.YES_NO:
         return verdict(answer) is not None
+    if kind is QuestionKind.CHOICE:  # names one of the two options
+        options = choice_options(question)
+        assert options is not None
+        said = content_words(core)
+        return any(said & (content_words(o) - content_words_shared(options)) for o in options)
     if kind is QuestionKind.NUMBER:
         return bool(_NUMBER.search(core))
     if kind is QuestionKind.PERSON:
         return bool(key_terms(core) - key_terms(question) - content_words(question))
     return None
+
+
+def content_words_shared(options: tuple[str, str]) -> set[str]:
+    """Content words both options have ("the 1932 outbreak or the 2012 outbreak"): they pick
+    neither."""
+    return content_words(options[0]) & content_words(options[1])
 
 
 def new_words(answer: str, question: str) -> set[str]:

@@ -86,6 +86,8 @@ class ConfidenceModel:
         directions: Mapping[str, int] | None = None,
         l2: float = 1e-2,
         steps: int = 50,
+        standardize: bool = False,
+        groups: Sequence[str] | None = None,
     ) -> ConfidenceModel:
         """Logistic regression by Newton's method (labels: 1 = correct answer) over the signals
         ``names`` (default: every signal some row has); a row without a signal counts it 0.
@@ -93,14 +95,31 @@ class ConfidenceModel:
         With ``directions`` (signal -> +1 or -1, as guards declare them) a signal may only push
         the way it should: while some weight has the wrong sign, the most wrongly signed signal
         is dropped and the rest refitted. A signal that points one way on the training data and
-        the other by design is noise there, and would carry over to new data as noise."""
+        the other by design is noise there, and would carry over to new data as noise.
+
+        ``standardize`` fits on signals scaled to unit spread, so the ridge penalty ``l2`` shrinks
+        every signal alike rather than most the ones with a small range (the weights are scaled
+        back: the model still reads raw signals). With ``groups`` (each row's data set) each group
+        gets its own intercept while the weights are fitted, so they learn what tells right from
+        wrong *within* a set, not which set has more right answers; the one shipped bias is then
+        fitted on all rows with the weights held."""
         if len(rows) != len(labels) or len(set(labels)) < 2:
             raise ValueError("fitting needs as many labels as rows, with both classes present")
+        if groups is not None and len(groups) != len(rows):
+            raise ValueError("fitting needs one group per row")
         names = list(names) if names is not None else sorted({k for r in rows for k in r})
         if directions is not None:
             names = [n for n in names if n in directions]
             while True:
-                model = cls.fit(rows, labels, names=names, l2=l2, steps=steps)
+                model = cls.fit(
+                    rows,
+                    labels,
+                    names=names,
+                    l2=l2,
+                    steps=steps,
+                    standardize=standardize,
+                    groups=groups,
+                )
                 wrong = [n for n in names if model.weights[n] * directions[n] < 0]
                 if not wrong:
                     model.notes["dropped_for_sign"] = ", ".join(
@@ -108,27 +127,37 @@ class ConfidenceModel:
                     )
                     return model
                 names.remove(min(wrong, key=lambda n: model.weights[n] * directions[n]))
-        x = np.array([[r.get(f, 0.0) for f in names] + [1.0] for r in rows])
+        x = np.array([[r.get(f, 0.0) for f in names] for r in rows], dtype=float).reshape(
+            len(rows), len(names)
+        )
         y = np.asarray(labels, dtype=float)
-        w = np.zeros(x.shape[1])
-        penalty = l2 * np.eye(x.shape[1])
-        penalty[-1, -1] = 0.0
-        for _ in range(steps):
-            p = 1 / (1 + np.exp(-(x @ w)))
-            gradient = x.T @ (p - y) + penalty @ w
-            hessian = x.T @ (x * (p * (1 - p))[:, None]) + penalty + 1e-9 * np.eye(x.shape[1])
-            step = np.linalg.solve(hessian, gradient)
-            w -= step
-            if float(np.abs(step).max()) < 1e-8:
-                break
-        probs = 1 / (1 + np.exp(-(x @ w)))
+        scale = x.std(axis=0) if standardize else np.ones(len(names))
+        scale[scale < 1e-9] = 1.0
+        centre = x.mean(axis=0) if standardize else np.zeros(len(names))
+        z = (x - centre) / scale
+        levels = sorted(set(groups)) if groups is not None else [""]
+        member = (
+            np.array([[g == level for level in levels] for g in groups], dtype=float)
+            if groups is not None
+            else np.ones((len(rows), 1))
+        )
+        w = _newton(np.hstack([z, member]), y, l2, penalised=len(names), steps=steps)
+        slopes = w[: len(names)] / scale
+        # The bias for raw signals, over all rows together: fitted with the slopes held.
+        offset = x @ slopes
+        bias = float(
+            _newton(np.ones((len(y), 1)), y, 0.0, penalised=0, steps=steps, offset=offset)[0]
+        )
+        probs = 1 / (1 + np.exp(-(offset + bias)))
         notes: dict[str, float | str] = {
             "num_examples": float(len(y)),
             "ece": expected_calibration_error(probs, y),
         }
-        return cls(
-            dict(zip(names, map(float, w[:-1]), strict=True)), float(w[-1]), True, notes=notes
-        )
+        if standardize:
+            notes["standardized"] = "yes"
+        if groups is not None:
+            notes["intercept_per_group"] = ", ".join(levels)
+        return cls(dict(zip(names, map(float, slopes), strict=True)), bias, True, notes=notes)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(asdict(self), indent=2))
@@ -141,6 +170,31 @@ class ConfidenceModel:
                 f"{path}: confidence model version {data.get('version')}, expected {FORMAT_VERSION}"
             )
         return cls(**data)
+
+
+def _newton(
+    x: np.ndarray,
+    y: np.ndarray,
+    l2: float,
+    *,
+    penalised: int,
+    steps: int,
+    offset: np.ndarray | None = None,
+) -> np.ndarray:
+    """Ridge logistic regression: the coefficients of ``x``'s columns (the first ``penalised``
+    of them shrunk by ``l2``), with ``offset`` added to every row's logit."""
+    w = np.zeros(x.shape[1])
+    base = np.zeros(len(y)) if offset is None else offset
+    penalty = np.diag([l2] * penalised + [0.0] * (x.shape[1] - penalised))
+    for _ in range(steps):
+        p = 1 / (1 + np.exp(-(x @ w + base)))
+        gradient = x.T @ (p - y) + penalty @ w
+        hessian = x.T @ (x * (p * (1 - p))[:, None]) + penalty + 1e-9 * np.eye(x.shape[1])
+        step = np.linalg.solve(hessian, gradient)
+        w -= step
+        if float(np.abs(step).max()) < 1e-8:
+            break
+    return w
 
 
 def expected_calibration_error(

@@ -76,8 +76,23 @@ def load_run(run_dir: Path, config: str | None = None) -> list[LabelledAnswer]:
     return out
 
 
-def context_of(answer: LabelledAnswer) -> GuardContext:
-    """The guards' view of a recorded answer, as it was when it was generated."""
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """How much of a record the guards see: the answer and up to ``samples`` - 1 extra samples
+    (None: every one recorded), and the self-verification probability or not. Records made
+    with extra samples and self-verification can so be re-scored as a pipeline without them
+    (the default) would have scored them: its answer is the same greedy answer."""
+
+    samples: int | None = None
+    verification: bool = True
+
+
+EVERYTHING = Recorded()
+
+
+def context_of(answer: LabelledAnswer, seen: Recorded = EVERYTHING) -> GuardContext:
+    """The guards' view of a recorded answer, as it was when it was generated (or as a
+    pipeline that asked fewer samples, or no verification, would have seen it)."""
     r = answer.record
     return GuardContext(
         question=r["question"],
@@ -85,20 +100,22 @@ def context_of(answer: LabelledAnswer) -> GuardContext:
         passages=tuple(GuardPassage(p["chunk_id"], p["text"], p["score"]) for p in r["passages"]),
         candidates=tuple(
             Candidate(s["text"], tuple(s["token_logprobs"]), s.get("finish_reason"))
-            for s in r["samples"]
+            for s in r["samples"][: seen.samples]
         ),
-        verification=r.get("verification"),
+        verification=r.get("verification") if seen.verification else None,
     )
 
 
 def rescore(
-    answers: Sequence[LabelledAnswer], chain_for: Callable[[LabelledAnswer], GuardChain]
+    answers: Sequence[LabelledAnswer],
+    chain_for: Callable[[LabelledAnswer], GuardChain],
+    seen: Recorded = EVERYTHING,
 ) -> None:
     """Run today's guards on the recorded answers (``chain_for(answer)`` gives the chain, e.g.
     with the data set's own knowledge graph, or a verifier that never saw the question) and
     store their results and signals."""
     for a in answers:
-        results = list(chain_for(a).run(context_of(a)).results)
+        results = list(chain_for(a).run(context_of(a, seen)).results)
         passages = a.record["passages"]
         a.results = results
         a.signals = features(
@@ -145,6 +162,8 @@ def leave_one_set_out(
     names: Sequence[str] | None = None,
     directions: Mapping[str, int] | None = None,
     l2: float = 1.0,
+    standardize: bool = False,
+    per_set_intercepts: bool = False,
 ) -> dict[str, list[float]]:
     """Each answer's confidence from a model fitted on every *other* data set: the scores a
     fitted default would give on a set it never saw. By data set, in the order of ``answers``."""
@@ -158,6 +177,8 @@ def leave_one_set_out(
             names=names,
             directions=directions,
             l2=l2,
+            standardize=standardize,
+            groups=[a.dataset for a in train] if per_set_intercepts else None,
         )
         scores[held_out] = [model.score(a.signals) for a in answers if a.dataset == held_out]
     return scores

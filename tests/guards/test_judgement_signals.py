@@ -10,10 +10,18 @@ import pytest
 
 from guards import Candidate, Guard, GuardChain, GuardContext, GuardPassage, GuardResult, Outcome
 from guards.alignment import AnswerEvidenceGuard, context_match
-from guards.answers import QuestionKind, answer_core, question_kind, verdict
+from guards.answers import (
+    QuestionKind,
+    answer_core,
+    choice_options,
+    kind_matches,
+    question_kind,
+    verdict,
+)
 from guards.confidence import features
 from guards.conflict import EvidenceConflictGuard
 from guards.consistency import SelfConsistencyGuard
+from guards.polarity import finding_polarity
 from guards.registry import (
     GuardDeps,
     UnknownGuardError,
@@ -48,6 +56,26 @@ def test_answer_core_and_kinds() -> None:
     assert question_kind("What genre is Kismet?") is QuestionKind.OTHER
     assert verdict("No, the answer is not yes.") == "no"
     assert verdict("1. Yes, no or maybe.") is None  # lists the options: no verdict
+
+
+def test_a_choice_question_wants_one_of_its_options() -> None:
+    assert choice_options("Who is the oldest, Sid Haig or Vic Darchinyan?") == (
+        "Sid Haig",
+        "Vic Darchinyan",
+    )
+    assert choice_options("Which band was formed first The Exies or Circus Diablo ?") == (
+        "The Exies",
+        "Circus Diablo",
+    )
+    assert choice_options("Was Tom or Jerry born first?") == ("Tom", "Jerry")
+    assert choice_options("Is aspirin effective? Answer yes, no or maybe.") is None
+    assert choice_options("Which of the two outbreaks killed the most people?") is None
+    question = "Which plant is larger, the Pterocarya or the Cotula?"
+    assert question_kind(question) is QuestionKind.CHOICE
+    assert kind_matches(QuestionKind.CHOICE, "The larger plant is the Cotula. [2]", question)
+    assert not kind_matches(QuestionKind.CHOICE, "Both plants are large.", question)
+    result = AnswerEvidenceGuard().check(ctx(question, "Plants grow in gardens."))
+    assert result.signals["kind_match"] == -0.5 and "neither option" in result.reason
 
 
 def test_a_verbatim_supported_answer_scores_high_and_a_contradicting_one_low() -> None:
@@ -213,3 +241,36 @@ def test_context_match_wants_the_answer_stated_about_what_the_question_asks() ->
     ctx = GuardContext(question, "Egan Bernal won it.", (GuardPassage("t#0", other_year[0], 0.9),))
     result = AnswerEvidenceGuard().check(ctx)
     assert result.signals["context_match"] == pytest.approx(elsewhere - 0.5)
+
+
+def test_a_yes_no_verdict_is_compared_with_the_direction_of_the_findings() -> None:
+    negative = GuardPassage(
+        "t#0",
+        "Patients were randomised to drug or placebo. Pain scores did not differ: there was no "
+        "significant difference between the groups.",
+        0.9,
+    )
+    positive = GuardPassage(
+        "t#1", "The drug significantly reduced pain and improved sleep compared to placebo.", 0.8
+    )
+    question = "Does the drug relieve pain?"
+    guard = AnswerEvidenceGuard()
+
+    def leaning(answer: str, passages: tuple[GuardPassage, ...]) -> float | None:
+        return guard.check(ctx(question, answer, passages)).signals.get("verdict_evidence")
+
+    # The best-ranked passage reports no effect: "no" agrees with it, "yes" goes against it.
+    no_effect = leaning("No. [1]", (negative, positive))
+    effect = leaning("Yes, it does. [1]", (negative, positive))
+    assert no_effect is not None and effect is not None and no_effect > 0 > effect
+    # The same answers when the best-ranked passage reports an effect.
+    ranked_first = (replace(negative, score=0.1), positive)
+    yes, no = leaning("Yes.", ranked_first), leaning("No.", ranked_first)
+    polarity = finding_polarity(positive.text)
+    assert yes is not None and no is not None and polarity is not None
+    assert yes == 0.5 * polarity > 0 > no == -yes
+    # No verdict, "maybe", or a passage stating no finding either way: no signal.
+    assert leaning("It depends on the dose.", (negative,)) is None
+    assert leaning("Maybe.", (negative,)) is None
+    assert leaning("Yes.", (GuardPassage("x#0", "The trial ran in 2019 in Oslo.", 1.0),)) is None
+    assert finding_polarity("The trial ran in 2019 in Oslo.") is None
