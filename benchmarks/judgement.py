@@ -138,16 +138,25 @@ def main(argv: list[str] | None = None) -> None:
         else Recorded(samples=defaults.num_candidates, verification=defaults.self_verification)
     )
     rescore(answers, chain_for, seen)
-    fit_options = {"standardize": not args.plain_fit, "per_set_intercepts": not args.plain_fit}
+    standardize = per_set = not args.plain_fit
     sets = list(dict.fromkeys(a.dataset for a in answers))
     by_set = {s: [a for a in answers if a.dataset == s] for s in sets}
     names = sorted({k for a in answers for k in a.signals})
     directions = signal_directions([g for a in answers for g in chain_for(a).guards])
-    loso = leave_one_set_out(answers, directions=directions, l2=args.l2, **fit_options)
+    loso = leave_one_set_out(
+        answers,
+        directions=directions,
+        l2=args.l2,
+        standardize=standardize,
+        per_set_intercepts=per_set,
+    )
     prior = ConfidenceModel.prior()
     report: dict[str, Any] = {"sets": {}, "signals": {}}
 
-    print(f"{len(answers)} labelled answers; l2 {args.l2}; guards saw {seen}; fit {fit_options}\n")
+    print(
+        f"{len(answers)} labelled answers; l2 {args.l2}; guards saw {seen}; "
+        f"standardised {standardize}, intercept per set {per_set}\n"
+    )
     print(
         "| set | answers | accuracy | confidence AUROC (left out) | ECE | acc. top 50 % "
         "| prior AUROC | mean logprob AUROC | best signal |"
@@ -212,8 +221,8 @@ def main(argv: list[str] | None = None) -> None:
         names=names,
         directions=directions,
         l2=args.l2,
-        standardize=fit_options["standardize"],
-        groups=[a.dataset for a in answers] if fit_options["per_set_intercepts"] else None,
+        standardize=standardize,
+        groups=[a.dataset for a in answers] if per_set else None,
     )
     print("\nWeights fitted on all sets:")
     for n, w in sorted(model.weights.items(), key=lambda kv: -abs(kv[1])):
