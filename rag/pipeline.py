@@ -78,18 +78,27 @@ class Pipeline:
         engine: EngineClient | Generator,
         *,
         reviews: ReviewStore | None = None,
+        retriever: RetrieveStage | None = None,
+        checker: AnswerChecker | None = None,
     ):
         """``engine``: an engine client (owned by the caller), or a synchronous generator such
         as ``LLMEngine``/``HFGenerator``, which the pipeline wraps in a client it owns.
         ``reviews``: the review store to queue into, owned by the caller (the server's); by
-        default the pipeline opens the settings' store and owns it."""
+        default the pipeline opens the settings' store and owns it.
+        ``retriever`` and ``checker``: the retrieve stage and the guards, when the caller has
+        them (pipelines sharing one knowledge graph, a retrieve stage with extra retrievers
+        registered); by default built from the settings (no checker with guards disabled)."""
         self.settings = settings
         self.embedder = embedder
         self.engine, self._owns_engine = as_engine_client(engine)
-        self.collections = CollectionRegistry.from_settings(settings, embedder)
-        self.retriever = RetrieveStage(self.collections)
+        if retriever is None:
+            retriever = RetrieveStage(CollectionRegistry.from_settings(settings, embedder))
+        self.retriever = retriever
+        self.collections = retriever.collections
         self.generator = GenerateStage(self.engine, settings)
-        self.checker = AnswerChecker(settings, embedder) if settings.guards_enabled else None
+        if checker is None and settings.guards_enabled:
+            checker = AnswerChecker(settings, embedder)
+        self.checker = checker if settings.guards_enabled else None
         self.verifier = (
             SelfVerifier(self.engine, settings.system_prompt)
             if self.checker is not None and settings.self_verification

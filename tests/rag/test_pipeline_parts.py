@@ -1,0 +1,63 @@
+"""The pipeline's collaborators are injected: a caller's retrieve stage and checker are the ones
+that run (real FAISS and guards; the fake embedder and generator)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from guards import Guard, GuardContext, GuardResult, Outcome
+from rag.guarding import AnswerChecker
+from rag.pipeline import Pipeline
+from rag.retrieval.collection import CollectionRegistry
+from rag.settings import Settings
+from rag.stages import RetrieveStage
+from rag.types import AskOptions
+from tests.fakes import HashingEmbedder, ScriptedGenerator
+
+QUESTION = "How does speculative decoding use a draft model?"
+
+
+class Marker(Guard):
+    """A guard that passes every answer and says so, so a test can see its checker ran."""
+
+    name = "marker"
+
+    def check(self, ctx: GuardContext) -> GuardResult:
+        return GuardResult(self.name, Outcome.PASS, 1.0, "the injected checker ran")
+
+
+def test_an_injected_retriever_and_checker_are_the_ones_asked(
+    settings: Settings, fake_demo_index_template: Path
+) -> None:
+    shutil.copytree(fake_demo_index_template, settings.index_dir / "demo")
+    embedder = HashingEmbedder()
+    retriever = RetrieveStage(CollectionRegistry.from_settings(settings, embedder))
+    checker = AnswerChecker(settings, embedder)
+    checker.chain.guards.append(Marker())
+    pipeline = Pipeline(
+        settings, embedder, ScriptedGenerator(), retriever=retriever, checker=checker
+    )
+    try:
+        assert pipeline.retriever is retriever and pipeline.collections is retriever.collections
+        result = pipeline.ask_with(QUESTION, AskOptions(min_score=-1.0, top_k=3))
+        assert result.passages and result.passages[0].doc_id.startswith("speculative-decoding")
+        marker = [r for r in result.guard_results if r.name == "marker"]
+        assert [r.reason for r in marker] == ["the injected checker ran"]
+    finally:
+        pipeline.close()
+
+
+def test_guards_disabled_means_no_checker_even_when_one_is_given(
+    settings: Settings, fake_demo_index_template: Path
+) -> None:
+    shutil.copytree(fake_demo_index_template, settings.index_dir / "demo")
+    embedder = HashingEmbedder()
+    off = settings.model_copy(update={"guards_enabled": False})
+    pipeline = Pipeline(off, embedder, ScriptedGenerator(), checker=AnswerChecker(off, embedder))
+    try:
+        assert pipeline.checker is None
+        result = pipeline.ask_with(QUESTION, AskOptions(min_score=-1.0, top_k=3))
+        assert result.confidence is None and not result.guard_results
+    finally:
+        pipeline.close()
