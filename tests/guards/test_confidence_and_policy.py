@@ -102,6 +102,47 @@ def test_fit_calibrates_and_round_trips(tmp_path: Path) -> None:
         ConfidenceModel.fit(rows[:3], [1, 1, 1])
 
 
+def test_a_standardised_fit_shrinks_every_signal_alike() -> None:
+    rng = np.random.default_rng(1)
+    rows, small, labels = [], [], []
+    for _ in range(400):
+        evidence = float(rng.normal())
+        labels.append(int(rng.uniform() < 1 / (1 + np.exp(-2 * evidence))))
+        rows.append({"evidence": evidence})
+        small.append({"evidence": evidence / 100})  # the same signal on a hundredth the scale
+    strong = 50.0
+    plain = [ConfidenceModel.fit(r, labels, l2=strong) for r in (rows, small)]
+    scaled = [ConfidenceModel.fit(r, labels, l2=strong, standardize=True) for r in (rows, small)]
+    # Raw ridge crushes the small-scale copy; standardised, both copies score alike.
+    assert abs(plain[1].weights["evidence"] / 100) < 0.2 * plain[0].weights["evidence"]
+    for a, b in zip(rows, small, strict=True):
+        assert scaled[0].score(a) == pytest.approx(scaled[1].score(b), abs=1e-6)
+    assert scaled[0].notes["standardized"] == "yes"
+
+
+def test_an_intercept_per_group_keeps_set_identity_out_of_the_weights() -> None:
+    # Two data sets: in "easy" 60 % of answers are right, in "hard" 10 %; the "marker" signal
+    # only tells the sets apart, "evidence" tells right from wrong within each set.
+    rng = np.random.default_rng(2)
+    rows, labels, groups = [], [], []
+    for group, base in (("easy", 0.6), ("hard", 0.1)):
+        for _ in range(600):
+            right = int(rng.uniform() < base)
+            evidence = float(rng.normal(loc=1.0 if right else 0.0))
+            rows.append({"marker": 1.0 if group == "easy" else 0.0, "evidence": evidence})
+            labels.append(right)
+            groups.append(group)
+    pooled = ConfidenceModel.fit(rows, labels, l2=1.0)
+    within = ConfidenceModel.fit(rows, labels, l2=1.0, groups=groups)
+    assert pooled.weights["marker"] > 1.0  # learns which set has more right answers
+    assert abs(within.weights["marker"]) < 0.3 < within.weights["evidence"]
+    # One bias for all rows: the mean confidence matches the pooled share of right answers.
+    mean = np.mean([within.score(r) for r in rows])
+    assert mean == pytest.approx(np.mean(labels), abs=0.02)
+    with pytest.raises(ValueError, match="one group per row"):
+        ConfidenceModel.fit(rows, labels, groups=groups[:-1])
+
+
 def test_ece_by_hand() -> None:
     # Two bins: [0.1, 0.1] with labels [0, 1] -> |0.5 - 0.1| = 0.4; [0.9] with [1] -> 0.1.
     assert expected_calibration_error([0.1, 0.1, 0.9], [0, 1, 1]) == pytest.approx(
