@@ -32,6 +32,7 @@ from rag.eval.training import (  # noqa: E402
     EVERYTHING,
     LabelledAnswer,
     Recorded,
+    cross_fit_by_question,
     figures,
     leave_one_set_out,
     load_run,
@@ -150,6 +151,13 @@ def main(argv: list[str] | None = None) -> None:
         standardize=standardize,
         per_set_intercepts=per_set,
     )
+    new_questions = cross_fit_by_question(
+        answers,
+        directions=directions,
+        l2=args.l2,
+        standardize=standardize,
+        per_set_intercepts=per_set,
+    )
     prior = ConfidenceModel.prior()
     report: dict[str, Any] = {"sets": {}, "signals": {}}
 
@@ -159,13 +167,15 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(
         "| set | answers | accuracy | confidence AUROC (left out) | ECE | acc. top 50 % "
+        "| AUROC (new questions) | ECE | acc. top 50 % "
         "| prior AUROC | mean logprob AUROC | best signal |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- " * 12 + "|")
     for s in sets:
         group = by_set[s]
         labels = [a.correct for a in group]
         fig = figures(s, loso[s], labels)
+        new = figures(s, new_questions[s], labels)
         base = [a.mean_logprob if a.mean_logprob is not None else -99.0 for a in group]
         prior_fig = figures(s, [prior.score(a.signals) for a in group], labels)
         base_fig = figures(s, base, labels)
@@ -176,7 +186,8 @@ def main(argv: list[str] | None = None) -> None:
         )
         print(
             f"| {s} | {fig.num_answers} | {fmt(fig.accuracy)} | **{fmt(fig.auroc)}** | "
-            f"{fmt(fig.ece)} | {fmt(fig.accuracy_at_half)} | {fmt(prior_fig.auroc)} | "
+            f"{fmt(fig.ece)} | {fmt(fig.accuracy_at_half)} | **{fmt(new.auroc)}** | "
+            f"{fmt(new.ece)} | {fmt(new.accuracy_at_half)} | {fmt(prior_fig.auroc)} | "
             f"{fmt(base_fig.auroc)} | {best} {fmt(per_signal[best])} |"
         )
         report["sets"][s] = {
@@ -185,6 +196,8 @@ def main(argv: list[str] | None = None) -> None:
             "auroc_left_out": fig.auroc,
             "ece_left_out": fig.ece,
             "accuracy_top_half": fig.accuracy_at_half,
+            "auroc_new_questions": new.auroc,
+            "ece_new_questions": new.ece,
             "auroc_prior": prior_fig.auroc,
             "auroc_mean_logprob": base_fig.auroc,
             "signal_auroc": per_signal,
@@ -257,8 +270,9 @@ def fit_report(
     directions: dict[str, int],
     l2: float,
 ) -> None:
-    """Left-out AUROC per set of each way of fitting, side by side on the same signals."""
-    print("\nLeft-out AUROC by way of fitting (same signals, same sign rule):\n")
+    """AUROC per set of each way of fitting, side by side on the same signals: left out
+    (a set never seen) / new questions (5 folds by question)."""
+    print("\nAUROC by way of fitting, left out / new questions (same signals, same sign rule):\n")
     print("| fit | " + " | ".join(sets) + " | mean |")
     print("| --- | " + " | ".join("---" for _ in sets) + " | --- |")
     for standardize in (False, True):
@@ -270,14 +284,20 @@ def fit_report(
                 standardize=standardize,
                 per_set_intercepts=per_set,
             )
+            new = cross_fit_by_question(
+                answers,
+                directions=directions,
+                l2=l2,
+                standardize=standardize,
+                per_set_intercepts=per_set,
+            )
             aurocs = [figures(s, loso[s], [a.correct for a in by_set[s]]).auroc for s in sets]
+            fresh = [figures(s, new[s], [a.correct for a in by_set[s]]).auroc for s in sets]
+            cells = [f"{fmt(a)} / {fmt(b)}" for a, b in zip(aurocs, fresh, strict=True)]
+            means = f"{fmt(float(np.mean(aurocs)))} / {fmt(float(np.mean(fresh)))}"
             scaling = "standardised" if standardize else "raw"
             name = f"{scaling}, {'per-set' if per_set else 'one'} intercept"
-            print(
-                f"| {name} | "
-                + " | ".join(fmt(v) for v in aurocs)
-                + f" | {fmt(float(np.mean(aurocs)))} |"
-            )
+            print(f"| {name} | " + " | ".join(cells) + f" | {means} |")
 
 
 def policy_report(

@@ -13,8 +13,10 @@ from guards.registry import GuardDeps, build_guards
 from rag.eval.items import EvalItem, write_items
 from rag.eval.training import (
     LabelledAnswer,
+    cross_fit_by_question,
     leave_one_set_out,
     load_run,
+    question_fold,
     rescore,
     selective_accuracy,
 )
@@ -84,3 +86,28 @@ def test_leave_one_set_out_scores_each_set_with_a_model_that_never_saw_it() -> N
     # Ranked only by the shared signal (the quirk was unseen): far from a perfect ranking.
     assert selective_accuracy(scores["c"], held_out_c, 0.5) < 0.95
     assert selective_accuracy(scores["c"], held_out_c, 0.5) > np.mean(held_out_c) + 0.1
+
+
+def test_cross_fitting_by_question_learns_a_set_s_own_signal_but_never_from_the_question() -> None:
+    # A signal only set "c" has: left out, "c" cannot learn it; cross-fitted by question, the
+    # other questions of "c" teach it. Each answer is scored by a model that never saw it.
+    rng = np.random.default_rng(1)
+    answers = []
+    for dataset in ("a", "b", "c"):
+        for k in range(200):
+            support = float(rng.uniform(-0.5, 0.5))
+            correct = int(rng.uniform() < 0.5 + support * 0.5)
+            graph = float(correct - 0.5) + float(rng.normal(0, 0.3)) if dataset == "c" else 0.0
+            item = EvalItem(id=f"{dataset}{k}", question="q", answers=("x",))
+            answers.append(
+                LabelledAnswer(dataset, item, {}, correct, {"support": support, "graph": graph})
+            )
+    labels_c = [a.correct for a in answers if a.dataset == "c"]
+    left_out = leave_one_set_out(answers)["c"]
+    new_questions = cross_fit_by_question(answers, folds=5)
+    assert [len(new_questions[s]) for s in ("a", "b", "c")] == [200, 200, 200]
+    # Half the answers of "c" are right: its own signal ranks them well, the shared one barely.
+    assert selective_accuracy(new_questions["c"], labels_c, 0.5) > 0.85
+    assert selective_accuracy(left_out, labels_c, 0.5) < 0.65
+    assert {question_fold(a, 5) for a in answers} == set(range(5))
+    assert question_fold(answers[0], 5) == question_fold(answers[0], 5)  # stable
