@@ -110,6 +110,7 @@ class ConfidenceModel:
         names = list(names) if names is not None else sorted({k for r in rows for k in r})
         if directions is not None:
             names = [n for n in names if n in directions]
+            dropped: list[str] = []
             while True:
                 model = cls.fit(
                     rows,
@@ -122,11 +123,11 @@ class ConfidenceModel:
                 )
                 wrong = [n for n in names if model.weights[n] * directions[n] < 0]
                 if not wrong:
-                    model.notes["dropped_for_sign"] = ", ".join(
-                        sorted(set(directions) - set(names))
-                    )
+                    model.notes["dropped_for_sign"] = ", ".join(sorted(dropped))
                     return model
-                names.remove(min(wrong, key=lambda n: model.weights[n] * directions[n]))
+                worst = min(wrong, key=lambda n: model.weights[n] * directions[n])
+                names.remove(worst)
+                dropped.append(worst)
         x = np.array([[r.get(f, 0.0) for f in names] for r in rows], dtype=float).reshape(
             len(rows), len(names)
         )
