@@ -248,12 +248,12 @@ def main(argv: list[str] | None = None) -> None:
         f"{selective_accuracy(pooled, all_labels, 0.5):.3f} vs {np.mean(all_labels):.3f}"
     )
     if args.no_answer_runs:
-        no_answer_report(args.no_answer_runs, model, chain_for)
+        no_answer_report(args.no_answer_runs, model, chain_for, seen)
     if args.write_model:
         model.notes.update(
             {
                 "trained_on": ",".join(f"{s}:{len(by_set[s])}" for s in sets),
-                "validation": "leave one data set out: see docs/benchmarks.md",
+                "validation": "leave one data set out, and 5 folds by question: docs/benchmarks.md",
                 "retrain": "python benchmarks/judgement.py --runs DIR --write-model",
             }
         )
@@ -325,7 +325,9 @@ def policy_report(
         )
 
 
-def no_answer_report(runs: Path, model: ConfidenceModel, chain_for: Any) -> None:
+def no_answer_report(
+    runs: Path, model: ConfidenceModel, chain_for: Any, seen: Recorded = EVERYTHING
+) -> None:
     """What the policy does with answers to questions whose passages hold no answer."""
     settings = Settings()
     policy = Policy(abstain_below=settings.abstain_below, review_below=settings.review_below)
@@ -333,7 +335,7 @@ def no_answer_report(runs: Path, model: ConfidenceModel, chain_for: Any) -> None
         records = read_records(next(run_dir.glob("*/items.jsonl")))
         declined = sum(1 for r in records.values() if r.get("declined"))
         answers = load_run(run_dir)
-        rescore(answers, chain_for)
+        rescore(answers, chain_for, seen)
         actions = [policy.decide(a.results, model.score(a.signals)).action.value for a in answers]
         counts = {k: actions.count(k) for k in ("abstain", "review", "answer")}
         held = declined + counts["abstain"]
