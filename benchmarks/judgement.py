@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from guards.registry import GuardDeps, build_guards, signal_directions  # noqa: 
 from rag.eval.records import read_records  # noqa: E402
 from rag.eval.training import (  # noqa: E402
     EVERYTHING,
+    FitOptions,
     LabelledAnswer,
     Recorded,
     cross_fit_by_question,
@@ -144,20 +146,11 @@ def main(argv: list[str] | None = None) -> None:
     by_set = {s: [a for a in answers if a.dataset == s] for s in sets}
     names = sorted({k for a in answers for k in a.signals})
     directions = signal_directions([g for a in answers for g in chain_for(a).guards])
-    loso = leave_one_set_out(
-        answers,
-        directions=directions,
-        l2=args.l2,
-        standardize=standardize,
-        per_set_intercepts=per_set,
+    options = FitOptions(
+        directions=directions, l2=args.l2, standardize=standardize, per_set_intercepts=per_set
     )
-    new_questions = cross_fit_by_question(
-        answers,
-        directions=directions,
-        l2=args.l2,
-        standardize=standardize,
-        per_set_intercepts=per_set,
-    )
+    loso = leave_one_set_out(answers, options)
+    new_questions = cross_fit_by_question(answers, options)
     prior = ConfidenceModel.prior()
     report: dict[str, Any] = {"sets": {}, "signals": {}}
 
@@ -226,17 +219,9 @@ def main(argv: list[str] | None = None) -> None:
             f"{fmt(float(np.mean(above)) if above else None)} | "
             f"{fmt(float(np.mean(below)) if below else None)} |"
         )
-    fit_report(answers, sets, by_set, directions, args.l2)
+    fit_report(answers, sets, by_set, options)
     policy_report(sets, by_set, loso)
-    model = ConfidenceModel.fit(
-        [a.signals for a in answers],
-        [a.correct for a in answers],
-        names=names,
-        directions=directions,
-        l2=args.l2,
-        standardize=standardize,
-        groups=[a.dataset for a in answers] if per_set else None,
-    )
+    model = options.fit(answers)
     print("\nWeights fitted on all sets:")
     for n, w in sorted(model.weights.items(), key=lambda kv: -abs(kv[1])):
         print(f"  {n:22s} {w:+.3f}")
@@ -267,8 +252,7 @@ def fit_report(
     answers: list[LabelledAnswer],
     sets: list[str],
     by_set: dict[str, list[LabelledAnswer]],
-    directions: dict[str, int],
-    l2: float,
+    options: FitOptions,
 ) -> None:
     """AUROC per set of each way of fitting, side by side on the same signals: left out
     (a set never seen) / new questions (5 folds by question)."""
@@ -277,20 +261,8 @@ def fit_report(
     print("| --- | " + " | ".join("---" for _ in sets) + " | --- |")
     for standardize in (False, True):
         for per_set in (False, True):
-            loso = leave_one_set_out(
-                answers,
-                directions=directions,
-                l2=l2,
-                standardize=standardize,
-                per_set_intercepts=per_set,
-            )
-            new = cross_fit_by_question(
-                answers,
-                directions=directions,
-                l2=l2,
-                standardize=standardize,
-                per_set_intercepts=per_set,
-            )
+            way = replace(options, standardize=standardize, per_set_intercepts=per_set)
+            loso, new = leave_one_set_out(answers, way), cross_fit_by_question(answers, way)
             aurocs = [figures(s, loso[s], [a.correct for a in by_set[s]]).auroc for s in sets]
             fresh = [figures(s, new[s], [a.correct for a in by_set[s]]).auroc for s in sets]
             cells = [f"{fmt(a)} / {fmt(b)}" for a, b in zip(aurocs, fresh, strict=True)]

@@ -157,30 +157,38 @@ def figures(dataset: str, scores: Sequence[float], labels: Sequence[int]) -> Set
     )
 
 
+@dataclass(frozen=True, slots=True)
+class FitOptions:
+    """How a confidence model is fitted (``ConfidenceModel.fit``'s options): the signals, their
+    declared directions, the ridge penalty, standardised signals, an intercept per data set."""
+
+    names: Sequence[str] | None = None
+    directions: Mapping[str, int] | None = None
+    l2: float = 1.0
+    standardize: bool = False
+    per_set_intercepts: bool = False
+
+    def fit(self, train: Sequence[LabelledAnswer]) -> ConfidenceModel:
+        return ConfidenceModel.fit(
+            [a.signals for a in train],
+            [a.correct for a in train],
+            names=self.names,
+            directions=self.directions,
+            l2=self.l2,
+            standardize=self.standardize,
+            groups=[a.dataset for a in train] if self.per_set_intercepts else None,
+        )
+
+
 def leave_one_set_out(
-    answers: Sequence[LabelledAnswer],
-    *,
-    names: Sequence[str] | None = None,
-    directions: Mapping[str, int] | None = None,
-    l2: float = 1.0,
-    standardize: bool = False,
-    per_set_intercepts: bool = False,
+    answers: Sequence[LabelledAnswer], options: FitOptions = FitOptions()
 ) -> dict[str, list[float]]:
     """Each answer's confidence from a model fitted on every *other* data set: the scores a
     fitted default would give on a set it never saw. By data set, in the order of ``answers``."""
     sets = list(dict.fromkeys(a.dataset for a in answers))
     scores: dict[str, list[float]] = {}
     for held_out in sets:
-        train = [a for a in answers if a.dataset != held_out]
-        model = ConfidenceModel.fit(
-            [a.signals for a in train],
-            [a.correct for a in train],
-            names=names,
-            directions=directions,
-            l2=l2,
-            standardize=standardize,
-            groups=[a.dataset for a in train] if per_set_intercepts else None,
-        )
+        model = options.fit([a for a in answers if a.dataset != held_out])
         scores[held_out] = [model.score(a.signals) for a in answers if a.dataset == held_out]
     return scores
 
@@ -192,14 +200,7 @@ def question_fold(answer: LabelledAnswer, folds: int) -> int:
 
 
 def cross_fit_by_question(
-    answers: Sequence[LabelledAnswer],
-    *,
-    folds: int = 5,
-    names: Sequence[str] | None = None,
-    directions: Mapping[str, int] | None = None,
-    l2: float = 1.0,
-    standardize: bool = False,
-    per_set_intercepts: bool = False,
+    answers: Sequence[LabelledAnswer], options: FitOptions = FitOptions(), *, folds: int = 5
 ) -> dict[str, list[float]]:
     """Each answer's confidence from a model fitted on every set but without its question's
     fold: what the shipped default gives on *new questions* of the sets it was fitted on (the
@@ -207,16 +208,7 @@ def cross_fit_by_question(
     seen at all. By data set, in the order of ``answers``."""
     scores: dict[int, float] = {}
     for fold in range(folds):
-        train = [a for a in answers if question_fold(a, folds) != fold]
-        model = ConfidenceModel.fit(
-            [a.signals for a in train],
-            [a.correct for a in train],
-            names=names,
-            directions=directions,
-            l2=l2,
-            standardize=standardize,
-            groups=[a.dataset for a in train] if per_set_intercepts else None,
-        )
+        model = options.fit([a for a in answers if question_fold(a, folds) != fold])
         for k, a in enumerate(answers):
             if question_fold(a, folds) == fold:
                 scores[k] = model.score(a.signals)
