@@ -105,8 +105,15 @@ the declared one (`"1"` or `false` for a number, `0` for a boolean) are refused 
 coerced; a JSON integer is a number."""
 
 
-def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = None) -> FastAPI:
-    """Build the API. Given a ``pipeline`` (tests, embedding in an app), nothing is loaded."""
+def create_app(
+    settings: Settings | None = None,
+    *,
+    pipeline: Pipeline | None = None,
+    owns_pipeline: bool = False,
+) -> FastAPI:
+    """Build the API. Given a ``pipeline`` (tests, embedding in an app), nothing is loaded, and
+    the caller closes it, unless ``owns_pipeline`` hands it to the app (a Ray Serve replica,
+    whose app is all that lives on): then it is closed when the app shuts down."""
     state = ServerState(settings or (pipeline.settings if pipeline else Settings()), pipeline)
 
     @asynccontextmanager
@@ -130,7 +137,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
                 task.cancel()
             if not await state.admission.drain(s.shutdown_grace_s):
                 logger.warning("shutdown: questions still at work after %.0f s", s.shutdown_grace_s)
-            if state.pipeline is not None and pipeline is None:
+            if state.pipeline is not None and (pipeline is None or owns_pipeline):
                 await run_in_threadpool(state.pipeline.close)
             if own_reviews is not None:
                 own_reviews.close()

@@ -176,7 +176,7 @@ def build_api_app(settings: dict[str, Any], handle: Any, info: dict[str, Any]) -
     device = s.engine_config().resolved_device()
     embedder = Embedder(s.embedding_model, device=device, allow_hub=s.allow_hub)
     pipeline = Pipeline(s, embedder, RayEngineClient(handle, info))
-    app = create_app(s, pipeline=pipeline)
+    app = create_app(s, pipeline=pipeline, owns_pipeline=True)  # closed when Serve stops it
     name = _replica_name()
 
     @app.middleware("http")

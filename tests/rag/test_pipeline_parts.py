@@ -1,10 +1,13 @@
 """The pipeline's collaborators are injected: a caller's retrieve stage and checker are the ones
-that run (real FAISS and guards; the fake embedder and generator)."""
+that run, and an app closes a pipeline only when it is handed it to own (real FAISS and guards;
+the fake embedder and generator)."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
+
+import pytest
 
 from guards import Guard, GuardContext, GuardResult, Outcome
 from rag.guarding import AnswerChecker
@@ -61,3 +64,27 @@ def test_guards_disabled_means_no_checker_even_when_one_is_given(
         assert result.confidence is None and not result.guard_results
     finally:
         pipeline.close()
+
+
+def test_an_app_given_its_pipeline_to_own_closes_it_at_shutdown(
+    fake_pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from rag.server import create_app
+
+    closed: list[bool] = []
+    close = fake_pipeline.close
+
+    def recorded_close() -> None:
+        closed.append(True)
+        close()
+
+    monkeypatch.setattr(fake_pipeline, "close", recorded_close)
+    with TestClient(create_app(pipeline=fake_pipeline)) as client:  # the caller's: kept open
+        assert client.get("/healthz").status_code == 200
+    assert closed == []
+    with TestClient(create_app(pipeline=fake_pipeline, owns_pipeline=True)) as client:
+        response = client.post("/v1/ask", json={"question": QUESTION, "min_score": -1.0})
+        assert response.status_code == 200
+    assert closed == [True]  # what a Ray Serve replica's app does when the replica stops
