@@ -44,6 +44,7 @@ def test_two_api_replicas_share_one_engine_and_one_review_store(
         "RAGGUARD_DATA_DIR": str(tmp_path / "data"),
         "RAGGUARD_RAY_CPUS_PER_REPLICA": "0",  # three replicas on a two-core machine
         "RAGGUARD_MAX_TOKENS": "24",
+        "RAGGUARD_ABSTAIN_BELOW": "0",  # none withheld, whatever its confidence
         "RAGGUARD_REVIEW_BELOW": "1.0",  # every answer is queued: each one leaves a trace
     }
     log = tmp_path / "serve.log"
