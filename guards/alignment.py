@@ -106,8 +106,7 @@ class AnswerEvidenceGuard(Guard):
         evidence: dict[str, object] = {"question_kind": kind.value, "core": answer_core(ctx.answer)}
         if kind is QuestionKind.YES_NO:  # "yes" is in no passage: the kind, and the findings'
             score = 1.0 if matches else 0.0  # direction in the best-ranked passage
-            top = max(ctx.passages, key=lambda p: p.score)
-            leaning = verdict_evidence(verdict(ctx.answer), top.text)
+            leaning = verdict_evidence(verdict(ctx.answer), ctx.ranked[0].text)
             if leaning is not None:
                 signals["verdict_evidence"] = leaning
                 evidence["verdict_evidence"] = leaning
