@@ -49,8 +49,8 @@ from rag.eval.verifier_training import (  # noqa: E402
 
 DEFAULT_DATA_DIR = ROOT.parent / "shared" / "data"
 GOLD_LIMITS: dict[str, int] = {
-    "metaqa": 500,
-    "pubmedqa": 300,
+    "metaqa": 1200,
+    "pubmedqa": 500,
     "hotpotqa": 50,
     "musique": 100,
     "rgb": 50,

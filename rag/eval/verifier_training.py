@@ -6,10 +6,12 @@ Examples come from two places, both development data only:
   sample), labelled by the eval's own matching: the distribution the verifier will judge;
 * **gold**: for questions of the built-in sets, the gold answer (right, kept only when the
   retrieved passages state it: a right answer nothing retrieved supports is not something a
-  reader of the passages can check, and such examples measured as noise) and a wrong one of the
-  same kind, taken from another question of the set (e.g. another film's year) or, for yes/no
-  sets, the other verdict; RGB's counterfactual answer is a wrong one too. Their passages are
-  retrieved from the set's index as the pipeline would.
+  reader of the passages can check, and such examples measured as noise) and wrong ones of the
+  same kind: one taken from another question of the set (e.g. another film's year), one *read
+  from the passages themselves* (another name or number the passages hold: the wrong answer a
+  reader of the passages is tempted by), or for yes/no sets the other verdict; RGB's
+  counterfactual answer is a wrong one too. Their passages are retrieved from the set's index as
+  the pipeline would.
 
 Training fine-tunes the top ``tune_layers`` layers of the embedding model's MiniLM and a one-logit
 head. The frozen lower layers run once per example (their output is cached), so an epoch costs
@@ -21,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,7 +37,7 @@ from guards.answers import (
     is_declined,
     question_kind,
 )
-from guards.text import normalize
+from guards.text import normalize, sentences
 from guards.verifier import (
     FORMAT,
     MAX_LENGTH,
@@ -133,6 +136,7 @@ def gold_examples(
                     if o.id != item.id and o.answers[0].casefold() not in gold
                 ]
             wrongs = [rng.choice(pool).answers[0]] if pool else []
+            wrongs += misreadings(item, passages, rng)
             wrongs += list(item.wrong_answers)
         for text, label in [(right, 1)] + [(w, 0) for w in wrongs]:
             answer = _phrasings(text, rng)
@@ -144,6 +148,70 @@ def gold_examples(
                 VerifierExample(dataset, item.id, item.question, answer, passages, label, "gold")
             )
     return out
+
+
+_SPAN = re.compile(
+    r"\b(?:\d[\d,.]*\d|\d)\b"  # a number or year
+    r"|\b[A-Z][\w'.-]*(?:\s+(?:(?:of|the|de|von|van)\s+)*[A-Z][\w'.-]*){0,4}"  # a name
+)
+_SPAN_STOP = frozenset(
+    {"the", "a", "an", "in", "on", "it", "he", "she", "they", "this", "that", "his", "her", "its"}
+)
+
+
+def passage_spans(text: str) -> list[str]:
+    """The names and numbers ``text`` (a sentence) holds, in order, once each: the candidate
+    answers a reader of the passage could give. One capitalised word opening the sentence is
+    not taken for a name ("Starring", "Directed by"), nor is a capitalised stop word, nor an
+    opening participle before a name ("Starring Tom Hanks" gives "Tom Hanks")."""
+    found: dict[str, None] = {}
+    opening = len(text) - len(text.lstrip())
+    for match in _SPAN.finditer(text):
+        span = match.group().strip(" .,'")
+        if not span or span.casefold() in _SPAN_STOP:
+            continue
+        if match.start() == opening and not span[0].isdigit():
+            first, _, rest = span.partition(" ")
+            if not rest:
+                continue
+            if first.casefold() in _SPAN_STOP or first.endswith(("ing", "ed")):
+                span = rest
+        found.setdefault(span, None)
+    return list(found)
+
+
+def _same_shape(gold: str, span: str) -> bool:
+    """A number for a number, a name for a name."""
+    return any(c.isdigit() for c in gold) == any(c.isdigit() for c in span)
+
+
+def misreadings(
+    item: EvalItem, passages: Sequence[str], rng: random.Random, *, limit: int = 1
+) -> list[str]:
+    """Up to ``limit`` wrong answers of the gold answer's shape read from ``passages``:
+    preferring the sentences that hold the gold answer (the spans beside the right one), never a
+    span the eval would count as right or that overlaps a gold answer."""
+    if item.answer_type != "free" or not item.answers:
+        return []
+    gold = item.answers[0]
+    if not (gold[:1].isupper() or any(c.isdigit() for c in gold)):
+        return []  # a lower-case answer (a genre, a tag): no span of its shape to take
+    golds = [normalize(a) for a in item.answers]
+    near: list[str] = []
+    far: list[str] = []
+    for passage in passages:
+        for sentence in sentences(passage):
+            holds_gold = any(f" {g} " in f" {normalize(sentence)} " for g in golds if g)
+            for span in passage_spans(sentence):
+                norm = normalize(span)
+                if not norm or not _same_shape(gold, span) or is_correct(item, span):
+                    continue
+                if any(norm in g or g in norm for g in golds):
+                    continue
+                (near if holds_gold else far).append(span)
+    pool = list(dict.fromkeys(near)) or list(dict.fromkeys(far))
+    rng.shuffle(pool)
+    return pool[:limit]
 
 
 def _in_evidence(item: EvalItem, answer: str, passages: Sequence[str]) -> bool:
