@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from rag.eval.metrics import auroc  # noqa: E402
 from rag.eval.training import LabelledAnswer, load_run  # noqa: E402
-from rag.prompt import SYSTEM_PROMPT, format_passages  # noqa: E402
+from rag.prompt import build_messages  # noqa: E402
 from rag.types import Passage  # noqa: E402
 
 SIGNALS = (
@@ -50,17 +50,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def prompts(answer: LabelledAnswer) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
-    """The grounded chat the pipeline sent (passages in the recorded order) and the bare one."""
+    """The grounded chat the pipeline sent (passages in the recorded order) and the same chat
+    with the question alone."""
     passages = [
         Passage(str(j), str(j), p["text"], 1.0) for j, p in enumerate(answer.record["passages"])
     ]
     question = answer.item.question.strip()
-    grounded = f"Passages:\n{format_passages(passages)}\n\nQuestion: {question}\nAnswer:"
-    system = {"role": "system", "content": SYSTEM_PROMPT}
-    return (
-        [system, {"role": "user", "content": grounded}],
-        [system, {"role": "user", "content": f"Question: {question}\nAnswer:"}],
-    )
+    grounded = build_messages(question, passages)
+    bare = [grounded[0], {"role": "user", "content": f"Question: {question}\nAnswer:"}]
+    return grounded, bare
 
 
 def main(argv: list[str] | None = None) -> None:
