@@ -95,7 +95,7 @@ def chains(data_dir: Path, verifier_folds: Path | None) -> Any:
     others the demo's; each answer verified by the fold model that never saw its question."""
     from guards.verifier import Verifier
     from rag.eval.prepare import prepare_metaqa
-    from rag.eval.verifier_training import fold_of
+    from rag.eval.verifier_examples import fold_of
     from rag.retrieval.embed import Embedder, default_embedding_path
 
     settings = Settings()

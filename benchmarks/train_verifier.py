@@ -32,19 +32,21 @@ from guards.verifier import verifier_inputs  # noqa: E402
 from rag.eval.items import EvalItem  # noqa: E402
 from rag.eval.metrics import auroc  # noqa: E402
 from rag.eval.training import LabelledAnswer, load_run  # noqa: E402
-from rag.eval.verifier_training import (  # noqa: E402
-    FrozenCache,
-    TrainConfig,
+from rag.eval.verifier_examples import (  # noqa: E402
     VerifierExample,
-    cached_scores,
     fold_of,
     generated_examples,
     gold_examples,
-    load_base,
     read_examples,
+    write_examples,
+)
+from rag.eval.verifier_training import (  # noqa: E402
+    FrozenCache,
+    TrainConfig,
+    cached_scores,
+    load_base,
     save_verifier,
     train_verifier,
-    write_examples,
 )
 
 DEFAULT_DATA_DIR = ROOT.parent / "shared" / "data"

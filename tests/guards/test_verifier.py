@@ -11,7 +11,7 @@ from guards import Candidate, GuardContext, GuardPassage, Outcome
 from guards.verifier import Verifier, VerifierGuard, evidence_window, verifier_inputs
 
 if TYPE_CHECKING:
-    from rag.eval.verifier_training import VerifierExample
+    from rag.eval.verifier_examples import VerifierExample
 
     Trained: TypeAlias = tuple[Verifier, Path, list[VerifierExample]]
     """The ``trained`` fixture: the verifier, its saved file and its training examples."""
@@ -52,10 +52,10 @@ def test_the_evidence_window_leads_with_the_sentence_holding_the_answer() -> Non
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     """A verifier trained for one epoch on a few crafted examples, saved, and the examples."""
     base = embedding_path()
+    from rag.eval.verifier_examples import VerifierExample
     from rag.eval.verifier_training import (
         FrozenCache,
         TrainConfig,
-        VerifierExample,
         load_base,
         save_verifier,
         train_verifier,
@@ -137,7 +137,8 @@ def test_training_on_cached_layers_saves_what_the_full_model_scores(trained: Tra
     """The cached training path scores as the full forward pass; the saved file (half
     precision) loads to the same scores; folds are stable."""
     base = embedding_path()
-    from rag.eval.verifier_training import FrozenCache, cached_scores, fold_of, load_base
+    from rag.eval.verifier_examples import fold_of
+    from rag.eval.verifier_training import FrozenCache, cached_scores, load_base
 
     verifier, path, examples = trained
     cache = FrozenCache(load_base(base), examples, frozen=5)

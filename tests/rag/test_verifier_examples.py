@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from rag.eval.items import EvalItem
-from rag.eval.verifier_training import gold_examples, misreadings, passage_spans
+from rag.eval.verifier_examples import gold_examples, misreadings, passage_spans
 
 FILM = (
     "Directed by John Ford, the film was released in 1948 by RKO Pictures. "
