@@ -126,6 +126,10 @@ def fmt(v: float | None) -> str:
     return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
 
 
+def interval(bounds: tuple[float, float] | None) -> str:
+    return "—" if bounds is None else f"{bounds[0]:.2f}–{bounds[1]:.2f}"
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     answers: list[LabelledAnswer] = []
@@ -159,11 +163,11 @@ def main(argv: list[str] | None = None) -> None:
         f"standardised {standardize}, intercept per set {per_set}\n"
     )
     print(
-        "| set | answers | accuracy | confidence AUROC (left out) | ECE | acc. top 50 % "
-        "| AUROC (new questions) | ECE | acc. top 50 % "
+        "| set | answers | accuracy | confidence AUROC (left out) | its 95 % interval | ECE "
+        "| ECE noise floor | acc. top 50 % | AUROC (new questions) | ECE | acc. top 50 % "
         "| prior AUROC | mean logprob AUROC | best signal |"
     )
-    print("| --- " * 12 + "|")
+    print("| --- " * 14 + "|")
     for s in sets:
         group = by_set[s]
         labels = [a.correct for a in group]
@@ -179,7 +183,8 @@ def main(argv: list[str] | None = None) -> None:
         )
         print(
             f"| {s} | {fig.num_answers} | {fmt(fig.accuracy)} | **{fmt(fig.auroc)}** | "
-            f"{fmt(fig.ece)} | {fmt(fig.accuracy_at_half)} | **{fmt(new.auroc)}** | "
+            f"{interval(fig.auroc_interval)} | {fmt(fig.ece)} | {fmt(fig.ece_floor)} | "
+            f"{fmt(fig.accuracy_at_half)} | **{fmt(new.auroc)}** | "
             f"{fmt(new.ece)} | {fmt(new.accuracy_at_half)} | {fmt(prior_fig.auroc)} | "
             f"{fmt(base_fig.auroc)} | {best} {fmt(per_signal[best])} |"
         )
@@ -187,7 +192,9 @@ def main(argv: list[str] | None = None) -> None:
             "num_answers": fig.num_answers,
             "accuracy": fig.accuracy,
             "auroc_left_out": fig.auroc,
+            "auroc_left_out_interval": fig.auroc_interval,
             "ece_left_out": fig.ece,
+            "ece_noise_floor": fig.ece_floor,
             "accuracy_top_half": fig.accuracy_at_half,
             "auroc_new_questions": new.auroc,
             "ece_new_questions": new.ece,

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from guards.confidence import expected_calibration_error
+
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation + "‘’“”")
 
@@ -77,6 +79,58 @@ def auroc(scores: Sequence[float], labels: Sequence[int]) -> float:
         start = end + 1
     rank_sum = ranks[y == 1].sum()
     return float((rank_sum - positives * (positives + 1) / 2) / (positives * negatives))
+
+
+def _pair_auroc(positives: np.ndarray, negatives: np.ndarray) -> float:
+    """AUROC of positives against negatives (ties half), by binary search over the negatives."""
+    ordered = np.sort(negatives)
+    below = np.searchsorted(ordered, positives, side="left")
+    at_or_below = np.searchsorted(ordered, positives, side="right")
+    return float((below + at_or_below).sum() / (2 * len(positives) * len(ordered)))
+
+
+def auroc_interval(
+    scores: Sequence[float],
+    labels: Sequence[int],
+    *,
+    level: float = 0.95,
+    rounds: int = 1000,
+    seed: int = 0,
+) -> tuple[float, float] | None:
+    """A percentile-bootstrap interval for ``auroc(scores, labels)``: right and wrong answers
+    resampled separately (so every draw keeps both classes and their counts). How far the AUROC
+    of a set this size could move by the luck of which questions it holds: with 8 right answers
+    of 100 the interval is about 0.4 wide. None when a class is missing."""
+    s, y = np.asarray(scores, dtype=float), np.asarray(labels, dtype=int)
+    positives, negatives = s[y == 1], s[y == 0]
+    if len(positives) == 0 or len(negatives) == 0:
+        return None
+    rng = np.random.default_rng(seed)
+    draws = [
+        _pair_auroc(rng.choice(positives, len(positives)), rng.choice(negatives, len(negatives)))
+        for _ in range(rounds)
+    ]
+    tail = (1.0 - level) / 2 * 100
+    low, high = np.percentile(draws, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def ece_noise_floor(
+    probs: Sequence[float], *, bins: int = 10, rounds: int = 500, seed: int = 0
+) -> float:
+    """The median expected calibration error a *perfectly* calibrated confidence shows on this
+    many answers with these confidences: labels drawn as Bernoulli(p) for each answer. On a few
+    dozen answers sampling noise alone gives an ECE near 0.1, so an ECE target is only
+    measurable where this floor is well under it."""
+    p = np.clip(np.asarray(probs, dtype=float), 0.0, 1.0)
+    if len(p) == 0:
+        return 0.0
+    rng = np.random.default_rng(seed)
+    draws = [
+        expected_calibration_error(p, (rng.random(len(p)) < p).astype(int), bins)
+        for _ in range(rounds)
+    ]
+    return float(np.median(draws))
 
 
 def f1_score(predicted: Sequence[bool], actual: Sequence[bool]) -> float:

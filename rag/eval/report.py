@@ -29,6 +29,19 @@ def _get(*path: str) -> Getter:
     return get
 
 
+def _interval(*path: str) -> Getter:
+    """A (low, high) pair as "low–high"."""
+    inner = _get(*path)
+
+    def get(metrics: dict[str, Any]) -> Any:
+        bounds = inner(metrics)
+        if not isinstance(bounds, list | tuple) or len(bounds) != 2:
+            return None
+        return f"{bounds[0]:.3f}–{bounds[1]:.3f}"
+
+    return get
+
+
 ROWS: list[tuple[str, str, Getter]] = [
     ("Answers", "accuracy (correct / all)", _get("answers", "accuracy")),
     ("Answers", "exact match", _get("answers", "exact_match")),
@@ -48,8 +61,14 @@ ROWS: list[tuple[str, str, Getter]] = [
     ("Decisions", "accuracy of answered", _get("decisions", "accuracy_answered")),
     ("Decisions", "accuracy of flagged (review + abstain)", _get("decisions", "accuracy_flagged")),
     ("Confidence", "AUROC (confidence vs correct)", _get("confidence", "auroc")),
+    ("Confidence", "AUROC 95% interval (bootstrap)", _interval("confidence", "auroc_interval")),
     ("Confidence", "AURC (lower is better)", _get("confidence", "aurc")),
     ("Confidence", "ECE (lower is better)", _get("confidence", "ece")),
+    (
+        "Confidence",
+        "ECE of a calibrated confidence here (sampling noise)",
+        _get("confidence", "ece_noise_floor"),
+    ),
     ("Confidence", "mean confidence", _get("confidence", "mean_confidence")),
     ("Labelled answers", "AUROC (confidence vs label)", _get("labelled", "auroc")),
     ("Labelled answers", "ECE", _get("labelled", "ece")),

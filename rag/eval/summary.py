@@ -22,8 +22,10 @@ from rag.eval.metrics import (
     answer_matches,
     area_under_risk_coverage,
     auroc,
+    auroc_interval,
     best_token_f1,
     contains_gold,
+    ece_noise_floor,
     exact_match,
     finite_or_none,
     percentiles,
@@ -126,8 +128,10 @@ def confidence_metrics(pairs: list[tuple[EvalItem, dict[str, Any]]]) -> dict[str
         "mean_confidence": _mean(confidence),
         "accuracy": _mean(correct),
         "auroc": finite_or_none(auroc(confidence, correct)),
+        "auroc_interval": auroc_interval(confidence, correct),
         "aurc": area_under_risk_coverage(confidence, correct),
         "ece": expected_calibration_error(confidence, correct),
+        "ece_noise_floor": ece_noise_floor(confidence),
         "reliability": [
             [b.lower, b.upper, b.count, b.mean_confidence, b.accuracy]
             for b in reliability_bins(confidence, correct)

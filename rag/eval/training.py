@@ -30,7 +30,7 @@ from guards import (
 )
 from rag.eval.items import EvalItem, read_items
 from rag.eval.judgement import mean_logprob
-from rag.eval.metrics import auroc
+from rag.eval.metrics import auroc, auroc_interval, ece_noise_floor
 from rag.eval.records import read_records
 from rag.eval.summary import is_correct
 
@@ -137,6 +137,10 @@ class SetFigures:
     ece: float
     accuracy_at_half: float
     """Accuracy of the 50 % most confident answers (selective accuracy at 50 % coverage)."""
+    auroc_interval: tuple[float, float] | None = None
+    """95 % bootstrap interval of ``auroc`` (``rag.eval.metrics.auroc_interval``)."""
+    ece_floor: float = math.nan
+    """The ECE a perfectly calibrated score would show here (``ece_noise_floor``)."""
 
 
 def selective_accuracy(scores: Sequence[float], labels: Sequence[int], coverage: float) -> float:
@@ -154,6 +158,8 @@ def figures(dataset: str, scores: Sequence[float], labels: Sequence[int]) -> Set
         auroc(scores, labels),
         expected_calibration_error(scores, labels),
         selective_accuracy(scores, labels, 0.5) if labels else math.nan,
+        auroc_interval(scores, labels),
+        ece_noise_floor(scores) if labels else math.nan,
     )
 
 

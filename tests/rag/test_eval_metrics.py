@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from guards import expected_calibration_error
 from rag.eval.datasets import (
     DatasetNotFoundError,
     load_halueval,
@@ -20,7 +22,9 @@ from rag.eval.metrics import (
     answer_matches,
     area_under_risk_coverage,
     auroc,
+    auroc_interval,
     best_threshold,
+    ece_noise_floor,
     f1_score,
     risk_coverage,
     token_f1,
@@ -35,6 +39,40 @@ def test_auroc_counts_ordered_pairs_and_ties_half() -> None:
     assert auroc([0.5, 0.5], [0, 1]) == 0.5
     assert auroc([3, 2, 1], [1, 1, 0]) == 1.0
     assert math.isnan(auroc([1, 2], [1, 1]))
+
+
+def test_the_auroc_interval_holds_the_estimate_and_narrows_with_more_answers() -> None:
+    rng = np.random.default_rng(7)
+
+    def sample(n: int) -> tuple[list[float], list[int]]:
+        labels = (rng.random(n) < 0.3).astype(int)
+        scores = labels + rng.normal(0.0, 1.5, n)  # a weak signal: AUROC about 0.68
+        return scores.tolist(), labels.tolist()
+
+    small, big = sample(60), sample(6000)
+    small_interval, big_interval = auroc_interval(*small), auroc_interval(*big)
+    assert small_interval is not None and big_interval is not None
+    low, high = small_interval
+    assert low < auroc(*small) < high
+    assert auroc_interval(*small) == small_interval  # seeded: the same interval every run
+    assert big_interval[0] < auroc(*big) < big_interval[1]
+    # 100 times the answers: about a tenth the width
+    assert big_interval[1] - big_interval[0] < (high - low) / 4
+    assert auroc_interval([0.2, 0.9], [1, 1]) is None
+
+
+def test_the_ece_noise_floor_is_what_a_calibrated_score_shows_on_so_few_answers() -> None:
+    rng = np.random.default_rng(3)
+    spread = rng.random(50).tolist()
+    few, many = ece_noise_floor(spread), ece_noise_floor(rng.random(5000).tolist())
+    assert 0.05 < few < 0.2  # 50 answers: sampling noise alone is near a 0.1 target
+    assert many < 0.02
+    # labels drawn from the confidences really do give about that much
+    draws = [
+        expected_calibration_error(spread, (rng.random(50) < spread).astype(int))
+        for _ in range(400)
+    ]
+    assert abs(float(np.median(draws)) - few) < 0.02
 
 
 def test_answer_matching_follows_the_squad_normalisation() -> None:

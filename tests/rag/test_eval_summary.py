@@ -89,6 +89,9 @@ def test_every_figure_matches_its_hand_computed_value() -> None:
     assert confidence["ece"] == pytest.approx((0.1 + 0.3 + 0.8 + 0.3) / 4)
     # by confidence: right, wrong, right, wrong -> error rates 0, 1/2, 1/3, 2/4
     assert confidence["aurc"] == pytest.approx((0 + 1 / 2 + 1 / 3 + 2 / 4) / 4)
+    low, high = confidence["auroc_interval"]  # two answers a class: anything from 0 to 1
+    assert low < 0.75 < high
+    assert 0.0 < confidence["ece_noise_floor"] < confidence["ece"]
     assert m["guards"] == {"grounding": {"fail": 1, "pass": 3}}
 
     latency = m["latency"]
@@ -202,6 +205,8 @@ def test_the_report_embeds_its_plots_and_escapes_the_failure_table(tmp_path: Pat
     table = render_markdown(results).splitlines()
     assert table[2] == "| metric | default | n5 |"
     assert "| Retrieval: MRR@10 | 0.567 | 0.567 |" in table  # (1 + 0 + 1/2 + 1/3 + 1) / 5
+    interval = next(row for row in table if "AUROC 95% interval" in row)
+    assert interval.count("–") == 2  # "low–high" for each configuration
 
     write_results(results | {"nan": float("nan")}, tmp_path / "results.json")
     assert json.loads((tmp_path / "results.json").read_text())["nan"] is None
