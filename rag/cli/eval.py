@@ -14,7 +14,16 @@ from typing import Any
 from rag.cli.console import note, out
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-BUILTIN_NAMES = ("musique", "hotpotqa", "pubmedqa", "metaqa", "halueval", "rgb", "rgb_noise")
+BUILTIN_NAMES = (
+    "musique",
+    "hotpotqa",
+    "pubmedqa",
+    "metaqa",
+    "halueval",
+    "halueval_ask",
+    "rgb",
+    "rgb_noise",
+)
 SUMMARY = (
     ("accuracy", ("answers", "accuracy")),
     ("EM", ("answers", "exact_match")),

@@ -153,6 +153,29 @@ def prepare_halueval(data_dir: Path) -> PreparedDataset:
     return PreparedDataset("halueval", items)
 
 
+def prepare_halueval_ask(data_dir: Path) -> PreparedDataset:
+    """HaluEval QA's questions asked of the pipeline (not its two given answers): the index
+    holds every question's knowledge paragraph (HotpotQA's supporting sentences), so each must
+    be found among all of them; gold = the right answer. Yes/no questions are judged by the
+    verdict the answer opens with. More multi-hop questions with real answers than the two
+    HippoRAG subsets hold (50 + 100), for the judgement's training and validation."""
+    docs, items = [], []
+    for k, row in enumerate(ds.load_halueval(data_dir)):
+        doc = Document(f"halueval-{k}", row.knowledge, {"title": row.question})
+        docs.append(doc)
+        yes_no = row.right_answer.strip().casefold() in ("yes", "no")
+        items.append(
+            EvalItem(
+                id=f"ask-{k}",
+                question=row.question,
+                answers=(row.right_answer.strip().casefold() if yes_no else row.right_answer,),
+                answer_type="yes_no" if yes_no else "free",
+                gold_passage_ids=(doc.doc_id,),
+            )
+        )
+    return PreparedDataset("halueval_ask", items, docs)
+
+
 def prepare_rgb(data_dir: Path) -> PreparedDataset:
     """RGB counterfactual robustness: the index holds every query's true passages, the same
     passages edited to state a false answer, and noise; gold = the true ones; the false answer
@@ -205,6 +228,7 @@ BUILTIN: dict[str, Callable[[Path], PreparedDataset]] = {
     "pubmedqa": prepare_pubmedqa,
     "metaqa": prepare_metaqa,
     "halueval": prepare_halueval,
+    "halueval_ask": prepare_halueval_ask,
     "rgb": prepare_rgb,
     "rgb_noise": prepare_rgb_noise,
 }

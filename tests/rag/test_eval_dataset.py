@@ -101,6 +101,7 @@ def test_configs_are_named_by_their_stem_and_checked(tmp_path: Path) -> None:
         ("pubmedqa", 500, "yes_no"),
         ("rgb", 50, "free"),
         ("halueval", 600, "labelled"),
+        ("halueval_ask", 300, "mixed"),
         ("metaqa", 4987, "free"),
     ],
 )
@@ -113,7 +114,10 @@ def test_built_in_sets_have_gold_in_their_own_corpus(name: str, num_items: int, 
         assert item.answers
         assert set(item.gold_passage_ids) <= doc_ids
         assert item.is_labelled == (kind == "labelled")
-        assert item.answer_type == ("yes_no" if kind == "yes_no" else "free")
+        if kind == "mixed":  # free answers and yes/no verdicts
+            assert item.answer_type in ("free", "yes_no")
+        else:
+            assert item.answer_type == ("yes_no" if kind == "yes_no" else "free")
     if kind != "labelled":
         with_gold = sum(bool(i.gold_passage_ids) for i in prepared.items)
         assert with_gold >= 0.95 * num_items
@@ -121,6 +125,13 @@ def test_built_in_sets_have_gold_in_their_own_corpus(name: str, num_items: int, 
         assert all(i.wrong_answers for i in prepared.items)
         kinds = {d.metadata["kind"] for d in prepared.documents}
         assert kinds == {"true", "counterfactual", "noise"}
+    if name == "halueval_ask":  # the same questions as `halueval`, each with its own paragraph
+        assert [i.question for i in prepared.items] == [
+            i.question for i in prepare("halueval", DATA).items[::2]
+        ]
+        assert all(len(i.gold_passage_ids) == 1 for i in prepared.items)
+        verdicts = [i for i in prepared.items if i.answer_type == "yes_no"]
+        assert verdicts and all(i.answers[0] in ("yes", "no") for i in verdicts)
     if name == "metaqa":
         assert prepared.load_graph is not None
         assert "[" not in prepared.items[0].question
@@ -130,6 +141,6 @@ def test_built_in_sets_have_gold_in_their_own_corpus(name: str, num_items: int, 
 def test_an_unknown_built_in_name_lists_the_known_ones(tmp_path: Path) -> None:
     assert tuple(BUILTIN) == BUILTIN_NAMES  # the command line's list, kept free of imports
     with pytest.raises(
-        InvalidInputError, match="musique, hotpotqa, pubmedqa, metaqa, halueval, rgb"
+        InvalidInputError, match="musique, hotpotqa, pubmedqa, metaqa, halueval, halueval_ask, rgb"
     ):
         prepare("squad", tmp_path)
