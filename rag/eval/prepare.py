@@ -161,7 +161,7 @@ def prepare_halueval_ask(data_dir: Path) -> PreparedDataset:
     HippoRAG subsets hold (50 + 100), for the judgement's training and validation."""
     docs, items = [], []
     for k, row in enumerate(ds.load_halueval(data_dir)):
-        doc = Document(f"halueval-{k}", row.knowledge, {"title": row.question})
+        doc = Document(f"halueval-{k}", row.knowledge)  # no title: BM25 would read the question
         docs.append(doc)
         yes_no = row.right_answer.strip().casefold() in ("yes", "no")
         items.append(
