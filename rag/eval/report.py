@@ -30,12 +30,14 @@ def _get(*path: str) -> Getter:
 
 
 def _interval(*path: str) -> Getter:
-    """A (low, high) pair as "low–high"."""
+    """A (low, high) pair of numbers as "low–high"."""
     inner = _get(*path)
 
     def get(metrics: dict[str, Any]) -> Any:
         bounds = inner(metrics)
         if not isinstance(bounds, list | tuple) or len(bounds) != 2:
+            return None
+        if not all(isinstance(b, int | float) for b in bounds):
             return None
         return f"{bounds[0]:.3f}–{bounds[1]:.3f}"
 
@@ -66,8 +68,8 @@ ROWS: list[tuple[str, str, Getter]] = [
     ("Confidence", "ECE (lower is better)", _get("confidence", "ece")),
     (
         "Confidence",
-        "ECE of a calibrated confidence here (sampling noise)",
-        _get("confidence", "ece_noise_floor"),
+        "ECE a calibrated confidence shows here by chance (median–95th percentile)",
+        _interval("confidence", "ece_noise"),
     ),
     ("Confidence", "mean confidence", _get("confidence", "mean_confidence")),
     ("Labelled answers", "AUROC (confidence vs label)", _get("labelled", "auroc")),

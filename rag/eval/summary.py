@@ -25,7 +25,7 @@ from rag.eval.metrics import (
     auroc_interval,
     best_token_f1,
     contains_gold,
-    ece_noise_floor,
+    ece_noise,
     exact_match,
     finite_or_none,
     percentiles,
@@ -131,7 +131,7 @@ def confidence_metrics(pairs: list[tuple[EvalItem, dict[str, Any]]]) -> dict[str
         "auroc_interval": auroc_interval(confidence, correct),
         "aurc": area_under_risk_coverage(confidence, correct),
         "ece": expected_calibration_error(confidence, correct),
-        "ece_noise_floor": ece_noise_floor(confidence),
+        "ece_noise": ece_noise(confidence),
         "reliability": [
             [b.lower, b.upper, b.count, b.mean_confidence, b.accuracy]
             for b in reliability_bins(confidence, correct)

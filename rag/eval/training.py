@@ -30,7 +30,7 @@ from guards import (
 )
 from rag.eval.items import EvalItem, read_items
 from rag.eval.judgement import mean_logprob
-from rag.eval.metrics import auroc, auroc_interval, ece_noise_floor
+from rag.eval.metrics import auroc, auroc_interval, ece_noise
 from rag.eval.records import read_records
 from rag.eval.summary import is_correct
 
@@ -139,8 +139,9 @@ class SetFigures:
     """Accuracy of the 50 % most confident answers (selective accuracy at 50 % coverage)."""
     auroc_interval: tuple[float, float] | None = None
     """95 % bootstrap interval of ``auroc`` (``rag.eval.metrics.auroc_interval``)."""
-    ece_floor: float = math.nan
-    """The ECE a perfectly calibrated score would show here (``ece_noise_floor``)."""
+    ece_noise: tuple[float, float] | None = None
+    """The ECE a perfectly calibrated score would show here by chance, median and 95th
+    percentile (``rag.eval.metrics.ece_noise``)."""
 
 
 def selective_accuracy(scores: Sequence[float], labels: Sequence[int], coverage: float) -> float:
@@ -150,7 +151,11 @@ def selective_accuracy(scores: Sequence[float], labels: Sequence[int], coverage:
     return float(np.asarray(labels, dtype=float)[order[:keep]].mean())
 
 
-def figures(dataset: str, scores: Sequence[float], labels: Sequence[int]) -> SetFigures:
+def figures(
+    dataset: str, scores: Sequence[float], labels: Sequence[int], *, uncertainty: bool = True
+) -> SetFigures:
+    """The figures of ``scores`` on one set; with ``uncertainty``, the AUROC's bootstrap interval
+    and the ECE's noise too (a second or so of resampling)."""
     return SetFigures(
         dataset,
         len(labels),
@@ -158,8 +163,8 @@ def figures(dataset: str, scores: Sequence[float], labels: Sequence[int]) -> Set
         auroc(scores, labels),
         expected_calibration_error(scores, labels),
         selective_accuracy(scores, labels, 0.5) if labels else math.nan,
-        auroc_interval(scores, labels),
-        ece_noise_floor(scores) if labels else math.nan,
+        auroc_interval(scores, labels) if uncertainty else None,
+        ece_noise(scores) if uncertainty and labels else None,
     )
 
 
