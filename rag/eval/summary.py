@@ -112,6 +112,12 @@ def decision_metrics(pairs: list[tuple[EvalItem, dict[str, Any]]]) -> dict[str, 
     }
 
 
+def _pair(bounds: tuple[float, float] | None) -> list[float] | None:
+    """A (low, high) pair as JSON has it (a list), so the figures compare equal to what
+    results.json reads back."""
+    return None if bounds is None else [bounds[0], bounds[1]]
+
+
 def confidence_metrics(pairs: list[tuple[EvalItem, dict[str, Any]]]) -> dict[str, Any] | None:
     """How well the confidence ranks and estimates correctness (declined answers excluded)."""
     scored = [
@@ -128,10 +134,10 @@ def confidence_metrics(pairs: list[tuple[EvalItem, dict[str, Any]]]) -> dict[str
         "mean_confidence": _mean(confidence),
         "accuracy": _mean(correct),
         "auroc": finite_or_none(auroc(confidence, correct)),
-        "auroc_interval": auroc_interval(confidence, correct),
+        "auroc_interval": _pair(auroc_interval(confidence, correct)),
         "aurc": area_under_risk_coverage(confidence, correct),
         "ece": expected_calibration_error(confidence, correct),
-        "ece_noise": ece_noise(confidence),
+        "ece_noise": _pair(ece_noise(confidence)),
         "reliability": [
             [b.lower, b.upper, b.count, b.mean_confidence, b.accuracy]
             for b in reliability_bins(confidence, correct)
