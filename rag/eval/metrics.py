@@ -64,25 +64,15 @@ def auroc(scores: Sequence[float], labels: Sequence[int]) -> float:
     """Area under the ROC curve: the chance that a random positive (label 1) scores above a
     random negative, ties counting half. NaN when a class is missing."""
     s, y = np.asarray(scores, dtype=float), np.asarray(labels, dtype=int)
-    positives, negatives = int(y.sum()), int(len(y) - y.sum())
-    if positives == 0 or negatives == 0:
+    positives, negatives = s[y == 1], s[y == 0]
+    if len(positives) == 0 or len(negatives) == 0:
         return float("nan")
-    order = np.argsort(s, kind="mergesort")
-    ranks = np.empty(len(s))
-    sorted_scores = s[order]
-    start = 0
-    while start < len(s):  # average ranks over ties
-        end = start
-        while end + 1 < len(s) and sorted_scores[end + 1] == sorted_scores[start]:
-            end += 1
-        ranks[order[start : end + 1]] = (start + end) / 2 + 1
-        start = end + 1
-    rank_sum = ranks[y == 1].sum()
-    return float((rank_sum - positives * (positives + 1) / 2) / (positives * negatives))
+    return _pair_auroc(positives, negatives)
 
 
 def _pair_auroc(positives: np.ndarray, negatives: np.ndarray) -> float:
-    """AUROC of positives against negatives (ties half), by binary search over the negatives."""
+    """The AUROC of these positives' scores against these negatives': for each positive, the
+    negatives below it count 1 and those equal to it 1/2 (two binary searches)."""
     ordered = np.sort(negatives)
     below = np.searchsorted(ordered, positives, side="left")
     at_or_below = np.searchsorted(ordered, positives, side="right")
