@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from guards import ConfidenceModel, GuardChain, KnowledgeGraph, Policy  # noqa: E402
 from guards.registry import GuardDeps, build_guards, signal_directions  # noqa: E402
-from rag.eval.metrics import answer_matches, auroc  # noqa: E402
+from rag.eval.judgement import repeats_wrong_answer  # noqa: E402
+from rag.eval.metrics import auroc  # noqa: E402
 from rag.eval.records import read_records  # noqa: E402
 from rag.eval.training import (  # noqa: E402
     EVERYTHING,
@@ -280,13 +281,18 @@ def fit_report(
             print(f"| {name} | " + " | ".join(cells) + f" | {means} |")
 
 
+def default_policy() -> Policy:
+    """The policy with the default settings' thresholds."""
+    settings = Settings()
+    return Policy(abstain_below=settings.abstain_below, review_below=settings.review_below)
+
+
 def policy_report(
     sets: list[str], by_set: dict[str, list[LabelledAnswer]], loso: dict[str, list[float]]
 ) -> None:
     """The default policy applied to the left-out confidences and the guards' verdicts."""
-    settings = Settings()
-    policy = Policy(abstain_below=settings.abstain_below, review_below=settings.review_below)
-    thresholds = f"{settings.abstain_below} / {settings.review_below}"
+    policy = default_policy()
+    thresholds = f"{policy.abstain_below} / {policy.review_below}"
     print(f"\nThe policy ({thresholds}) on left-out scores:\n")
     print("| set | answered | acc. answered | acc. review | withheld | acc. withheld |")
     print("| --- | --- | --- | --- | --- | --- |")
@@ -310,15 +316,12 @@ def known_wrong_report(
 ) -> None:
     """What the default policy does, on left-out confidences, with answers that repeat a known
     wrong answer (RGB's counterfactual passages' claim)."""
-    settings = Settings()
-    policy = Policy(abstain_below=settings.abstain_below, review_below=settings.review_below)
+    policy = default_policy()
     for s in sets:
         scored = [(a, p) for a, p in zip(by_set[s], loso[s], strict=True) if a.item.wrong_answers]
         if not scored:
             continue
-        repeats = [
-            (a, p) for a, p in scored if answer_matches(a.answer, a.item.wrong_answers, min_f1=1.1)
-        ]
+        repeats = [(a, p) for a, p in scored if repeats_wrong_answer(a.item, a.answer)]
         actions = [policy.decide(a.results, p).action.value for a, p in repeats]
         counts = ", ".join(f"{k} {actions.count(k)}" for k in ("answer", "review", "abstain"))
         print(
@@ -331,8 +334,7 @@ def no_answer_report(
     runs: Path, model: ConfidenceModel, chain_for: Any, seen: Recorded = EVERYTHING
 ) -> None:
     """What the policy does with answers to questions whose passages hold no answer."""
-    settings = Settings()
-    policy = Policy(abstain_below=settings.abstain_below, review_below=settings.review_below)
+    policy = default_policy()
     for run_dir in sorted(p for p in runs.iterdir() if (p / "dataset.jsonl").is_file()):
         records = read_records(next(run_dir.glob("*/items.jsonl")))
         declined = sum(1 for r in records.values() if r.get("declined"))
@@ -345,7 +347,7 @@ def no_answer_report(
             f"\nNo answer in the passages ({run_dir.name}, {len(records)} questions): declined "
             f"{declined}, withheld {counts['abstain']}, review {counts['review']}, answered "
             f"{counts['answer']}; withheld or declined {held / len(records):.2f} "
-            f"(thresholds {settings.abstain_below} / {settings.review_below})"
+            f"(thresholds {policy.abstain_below} / {policy.review_below})"
         )
 
 

@@ -70,15 +70,19 @@ def yes_no_metrics(pairs: list[Pair]) -> dict[str, Any] | None:
     }
 
 
+def repeats_wrong_answer(item: EvalItem, answer: str) -> bool:
+    """Does the answer state one of the item's known wrong answers (as a whole phrase: a
+    partial word overlap with a counterfactual is not a repeat)?"""
+    return answer_matches(answer, item.wrong_answers, min_f1=1.1)
+
+
 def counterfactual_metrics(pairs: list[Pair]) -> dict[str, Any] | None:
     """For sets with known wrong answers (RGB's counterfactuals): how often an answer repeats
     one, and what the policy did with those."""
     known = [(item, r) for item, r in pairs if item.wrong_answers and not r.get("declined")]
     if not known:
         return None
-    repeats = [
-        r for item, r in known if answer_matches(r["answer"], item.wrong_answers, min_f1=1.1)
-    ]
+    repeats = [r for item, r in known if repeats_wrong_answer(item, r["answer"])]
     decisions = Counter(r["decision"] for r in repeats)
     return {
         "num_answers": len(known),
