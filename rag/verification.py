@@ -34,6 +34,17 @@ def _word_token_ids(tokenizer: Any, words: Sequence[str]) -> frozenset[int]:
     return frozenset(ids)
 
 
+def verification_messages(
+    question: str, passages: list[Passage], answer: str, system_prompt: str = SYSTEM_PROMPT
+) -> list[dict[str, str]]:
+    """The answer's own conversation, then the verification question."""
+    return [
+        *build_messages(question, passages, system_prompt),
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": VERIFY_QUESTION},
+    ]
+
+
 class SelfVerifier:
     """P(yes) that an answer is correct, asked of the generator that wrote it."""
 
@@ -50,12 +61,8 @@ class SelfVerifier:
         self.params = SamplingParams(max_tokens=1, temperature=0.0, logprobs=NUM_TOP_TOKENS)
 
     def prompt(self, question: str, passages: list[Passage], answer: str) -> str:
-        """The answer's own conversation, then the verification question."""
-        messages = [
-            *build_messages(question, passages, self.system_prompt),
-            {"role": "assistant", "content": answer},
-            {"role": "user", "content": VERIFY_QUESTION},
-        ]
+        """The verification prompt (``verification_messages``) in the engine's chat format."""
+        messages = verification_messages(question, passages, answer, self.system_prompt)
         return self.engine.apply_chat_template(messages)
 
     async def score(
