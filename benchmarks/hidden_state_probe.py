@@ -32,14 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rag.eval.metrics import auroc  # noqa: E402
-from rag.eval.training import (  # noqa: E402
-    FitOptions,
-    LabelledAnswer,
-    Recorded,
-    leave_one_set_out,
-    load_run,
-    rescore,
-)
+from rag.eval.training import FitOptions, LabelledAnswer, leave_one_set_out, rescore  # noqa: E402
 
 LAYERS = (12, 15, 18, 21, 24, 27, 30)
 Scorer = Callable[[str], np.ndarray]
@@ -61,9 +54,8 @@ def extract(answers: Sequence[LabelledAnswer], threads: int) -> dict[str, np.nda
 
     from engine.model_loader import local_model_dir, resolve_model
     from engine.prompts import PromptTokenizer
-    from rag.prompt import SYSTEM_PROMPT, build_messages
     from rag.types import Passage
-    from rag.verification import VERIFY_QUESTION
+    from rag.verification import verification_messages
 
     torch.set_num_threads(threads)
     directory = local_model_dir(resolve_model(None))
@@ -77,11 +69,7 @@ def extract(answers: Sequence[LabelledAnswer], threads: int) -> dict[str, np.nda
         passages = [
             Passage(p["doc_id"], p["chunk_id"], p["text"], p["score"]) for p in r["passages"]
         ]
-        messages = [
-            *build_messages(r["question"], passages, SYSTEM_PROMPT),
-            {"role": "assistant", "content": a.answer.strip()},
-            {"role": "user", "content": VERIFY_QUESTION},
-        ]
+        messages = verification_messages(r["question"], passages, a.answer.strip())
         ids = torch.tensor([chat.encode(chat.apply_chat_template(messages))])
         with torch.no_grad():
             hidden = model(ids, output_hidden_states=True).hidden_states
@@ -96,25 +84,36 @@ def key(answer: LabelledAnswer) -> str:
 
 
 class Probes:
-    """Logistic probes on one layer's states, trained on some data sets, scoring another."""
+    """Logistic probes on one layer's states, trained on some data sets, scoring another. Each
+    (training sets, layer) probe is trained once: the layer choice and the tables reuse them."""
 
     def __init__(
         self, by_set: dict[str, list[LabelledAnswer]], states: dict[str, np.ndarray], c: float
     ):
-        self.by_set, self.states, self.c = by_set, states, c
-
-    def inputs(self, s: str, layer: int) -> np.ndarray:
-        return np.stack([self.states[key(a)][layer] for a in self.by_set[s]]).astype(np.float32)
+        self.by_set, self.c = by_set, c
+        self.states = {  # per set: (answers, layers, hidden)
+            s: np.stack([states[key(a)] for a in group]).astype(np.float32)
+            for s, group in by_set.items()
+        }
+        self.trained: dict[tuple[frozenset[str], int], Scorer] = {}
 
     def train(self, sets: Sequence[str], layer: int) -> Scorer:
+        cached = self.trained.get((frozenset(sets), layer))
+        if cached is not None:
+            return cached
         from sklearn.linear_model import LogisticRegression
 
-        x = np.concatenate([self.inputs(s, layer) for s in sets])
+        x = np.concatenate([self.states[s][:, layer] for s in sets])
         y = np.concatenate([[a.correct for a in self.by_set[s]] for s in sets])
         mean, std = x.mean(0), x.std(0) + 1e-6
         probe = LogisticRegression(C=self.c, max_iter=3000, class_weight="balanced")
         probe.fit((x - mean) / std, y)
-        return lambda s: probe.decision_function((self.inputs(s, layer) - mean) / std)
+
+        def scorer(s: str) -> np.ndarray:
+            return probe.decision_function((self.states[s][:, layer] - mean) / std)
+
+        self.trained[frozenset(sets), layer] = scorer
+        return scorer
 
     def auroc(self, train: Sequence[str], held_out: str, layer: int) -> float:
         labels = [a.correct for a in self.by_set[held_out]]
@@ -135,15 +134,12 @@ def fmt(v: float) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from judgement import DEFAULT_DATA_DIR, chains
+    from judgement import DEFAULT_DATA_DIR, DEFAULT_L2, chains, default_seen, load_answers
 
     from guards.registry import signal_directions
-    from rag.settings import Settings
 
     args = parse_args(argv)
-    answers: list[LabelledAnswer] = []
-    for run_dir in sorted(p for p in args.runs.iterdir() if (p / "dataset.jsonl").is_file()):
-        answers += load_run(run_dir)
+    answers = load_answers(args.runs)
     if args.cache is not None and args.cache.is_file():
         loaded = np.load(args.cache)
         states = {k: loaded[k] for k in loaded.files}
@@ -169,11 +165,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| {layer} | " + " | ".join(map(fmt, cells)) + f" | {fmt(float(np.mean(cells)))} |")
 
     chain_for = chains(DEFAULT_DATA_DIR, None)
-    defaults = Settings()
-    rescore(answers, chain_for, Recorded(defaults.num_candidates, defaults.self_verification))
+    rescore(answers, chain_for, default_seen())
     directions = dict(signal_directions([g for a in answers for g in chain_for(a).guards]))
     directions["hidden_probe"] = 1
-    options = FitOptions(directions=directions, l2=10.0, standardize=True, per_set_intercepts=True)
+    options = FitOptions(
+        directions=directions, l2=DEFAULT_L2, standardize=True, per_set_intercepts=True
+    )
     base = leave_one_set_out(answers, options)
     print("\nThe fitted confidence, left out, without and with the probe as a signal:\n")
     print("| set | layer chosen | probe alone | confidence | with the probe | probe weight |")

@@ -49,13 +49,14 @@ from rag.settings import Settings  # noqa: E402
 
 DEFAULT_DATA_DIR = ROOT.parent / "shared" / "data"
 MODEL_PATH = ROOT / "rag" / "data" / "confidence.json"
+DEFAULT_L2 = 10.0
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=Path, required=True, help="folder of <set>/ eval outputs")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
-    parser.add_argument("--l2", type=float, default=10.0, help="ridge penalty of the fit")
+    parser.add_argument("--l2", type=float, default=DEFAULT_L2, help="ridge penalty of the fit")
     parser.add_argument(
         "--plain-fit",
         action="store_true",
@@ -131,20 +132,28 @@ def interval(bounds: tuple[float, float] | None) -> str:
     return "—" if bounds is None else f"{bounds[0]:.2f}–{bounds[1]:.2f}"
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+def load_answers(runs: Path) -> list[LabelledAnswer]:
+    """The labelled answers of every ``<set>/`` eval output folder under ``runs``."""
     answers: list[LabelledAnswer] = []
-    for run_dir in sorted(p for p in args.runs.iterdir() if (p / "dataset.jsonl").is_file()):
+    for run_dir in sorted(p for p in runs.iterdir() if (p / "dataset.jsonl").is_file()):
         answers += load_run(run_dir)
     if not answers:
-        raise SystemExit(f"no labelled answers under {args.runs}")
-    chain_for = chains(args.data_dir, args.verifier_folds)
+        raise SystemExit(f"no labelled answers under {runs}")
+    return answers
+
+
+def default_seen() -> Recorded:
+    """What a pipeline with the default settings shows the guards: RAGGUARD_NUM_CANDIDATES
+    answers, and P(yes) only with RAGGUARD_SELF_VERIFICATION."""
     defaults = Settings()
-    seen = (
-        EVERYTHING
-        if args.all_recorded
-        else Recorded(samples=defaults.num_candidates, verification=defaults.self_verification)
-    )
+    return Recorded(samples=defaults.num_candidates, verification=defaults.self_verification)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    answers = load_answers(args.runs)
+    chain_for = chains(args.data_dir, args.verifier_folds)
+    seen = EVERYTHING if args.all_recorded else default_seen()
     rescore(answers, chain_for, seen)
     standardize = per_set = not args.plain_fit
     sets = list(dict.fromkeys(a.dataset for a in answers))
