@@ -89,7 +89,9 @@ class HFGenerator:
                 "quantization and speculative decoding are features of our engine; the "
                 "transformers baseline runs the model's own weights one token at a time"
             )
-        self.source = source or resolve_model(self.config.model, allow_hub=self.config.allow_hub)
+        self.source = source or resolve_model(
+            self.config.model, allow_hub=self.config.allow_hub, cache_dir=self.config.cache_dir
+        )
         self.device = self.config.resolved_device()
         self.model, self.tokenizer = load_model_and_tokenizer(
             self.source,

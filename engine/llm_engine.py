@@ -70,7 +70,9 @@ class LLMEngine:
         self.device = config.resolved_device()
         if config.cuda_graphs and not self.device.startswith("cuda"):
             raise ValueError(f"cuda_graphs needs a CUDA device; the engine runs on {self.device}")
-        self.source = resolve_model(config.model, allow_hub=config.allow_hub)
+        self.source = resolve_model(
+            config.model, allow_hub=config.allow_hub, cache_dir=config.cache_dir
+        )
         directory, hf_config, tokenizer, generation_config = load_config_and_tokenizer(
             self.source, config.cache_dir
         )

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import ModelLoadError, ModelNotFoundError
+from engine.model_parts import ensure_joined
+from engine.model_profiles import DEFAULT_PROFILE, PROFILES, profile_names
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -57,11 +59,19 @@ def default_model_path() -> Path:
     return path
 
 
-def resolve_model(model: str | None, *, allow_hub: bool = False) -> ModelSource:
-    """Turn a user's model setting into a ``ModelSource``; nothing is loaded yet."""
-    if model is None or model in ("", "default"):
+def resolve_model(
+    model: str | None, *, allow_hub: bool = False, cache_dir: Path | None = None
+) -> ModelSource:
+    """Turn a user's model setting (a profile name, a GGUF file, a model directory) into a
+    ``ModelSource``; nothing is loaded yet, but a profile's parts are joined into ``cache_dir``
+    and verified first (``engine.model_parts``)."""
+    if model is None or model in ("", "default", DEFAULT_PROFILE):
         path = default_model_path()
         return ModelSource("SmolLM2-135M-Instruct", str(path.parent), gguf_file=path.name)
+    profile = PROFILES.get(model)
+    if profile is not None:
+        joined = ensure_joined(profile, cache_dir or default_cache_dir())
+        return ModelSource(profile.display_name, str(joined.parent), gguf_file=joined.name)
     path = Path(model).expanduser()
     if path.is_file():
         if path.suffix.lower() != ".gguf":
@@ -74,7 +84,10 @@ def resolve_model(model: str | None, *, allow_hub: bool = False) -> ModelSource:
     if allow_hub and "/" in model and not model.startswith((".", "/")):
         return ModelSource(model, model, is_hub=True)
     hint = "" if allow_hub else " (downloading from the hub is off: allow_hub is False)"
-    raise ModelNotFoundError(f"model {model!r} is not a GGUF file or a model directory{hint}")
+    raise ModelNotFoundError(
+        f"model {model!r} is not a GGUF file, a model directory or a known model "
+        f"({', '.join(profile_names())}){hint}"
+    )
 
 
 def _gguf_cache_key(gguf_path: Path) -> str:

@@ -87,7 +87,9 @@ class RemoteConfig:
 def _load_tokenizer(source: str, cache_dir: Any) -> Any:
     from engine.model_loader import load_config_and_tokenizer, resolve_model
 
-    _, _, tokenizer, _ = load_config_and_tokenizer(resolve_model(source), cache_dir)
+    _, _, tokenizer, _ = load_config_and_tokenizer(
+        resolve_model(source, cache_dir=cache_dir), cache_dir
+    )
     return tokenizer
 
 

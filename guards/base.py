@@ -56,6 +56,9 @@ class GuardContext:
     verification: float | None = None
     """The generator's own probability that the answer is correct and supported (P(yes) to a
     verification question asked after the answer), or None when it was not asked."""
+    judgement: float | None = None
+    """A judge model's probability that the answer is correct and supported (``guards.judge``),
+    or None when it was not asked."""
 
     @property
     def ranked(self) -> tuple[GuardPassage, ...]:

@@ -46,6 +46,14 @@ def features(
     return feats
 
 
+def judged_features(first_stage: float, judge_signal: float) -> dict[str, float]:
+    """The second stage's input, for an answer the judge read: the first-stage confidence as
+    log-odds and the judge's own log-odds signal (``guards.judge``). A second-stage model over
+    these two re-weighs the judge against everything else, and needs few labels to fit."""
+    c = min(max(first_stage, 1e-6), 1 - 1e-6)
+    return {"first_stage": math.log(c / (1 - c)), "judge": judge_signal}
+
+
 @dataclass(slots=True)
 class ConfidenceModel:
     weights: dict[str, float]

@@ -21,6 +21,7 @@ from guards.conflict import EvidenceConflictGuard
 from guards.consistency import SelfConsistencyGuard
 from guards.embedder import Embedder
 from guards.grounding import GroundingGuard
+from guards.judge import JudgeGuard
 from guards.kg import KnowledgeGraph
 from guards.kg_guard import KnowledgeGraphGuard
 from guards.repetition import RepetitionGuard
@@ -95,6 +96,7 @@ register_guard("self_verification")(lambda deps: SelfVerificationGuard())
 register_guard("verifier")(
     lambda deps: VerifierGuard(deps.verifier) if deps.verifier is not None else None
 )
+register_guard("judge")(lambda deps: JudgeGuard())
 register_guard("knowledge_graph")(
     lambda deps: KnowledgeGraphGuard(deps.graph) if deps.graph is not None else None
 )

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from engine.model_profiles import DEFAULT_PROFILE, PROFILES
 from engine.outputs import CompletionOutput
 from guards import (
     Candidate,
@@ -22,6 +23,8 @@ from guards import (
     Policy,
     features,
 )
+from guards.confidence import judged_features
+from guards.judge import JudgeGuard
 from guards.registry import GuardDeps, UnknownGuardError, build_guards
 from guards.repetition import LOOP_STOP_REASON
 from guards.verifier import Verifier
@@ -36,6 +39,20 @@ DEFAULT_CONFIDENCE_MODEL = DATA / "confidence.json"
 """Fitted on labelled development answers by ``benchmarks/judgement.py --write-model``."""
 
 
+def shipped_confidence_path(model: str | None, *, judged: bool = False) -> Path:
+    """The shipped fitted confidence for a generator profile (``confidence-<profile>.json``;
+    SmolLM2's is ``confidence.json``), or its second stage for judged answers
+    (``judged-<profile>.json``). The file may not exist: not every profile has one."""
+    profile = model if model in PROFILES else DEFAULT_PROFILE
+    if judged:
+        return DATA / f"judged-{profile}.json"
+    return (
+        DEFAULT_CONFIDENCE_MODEL
+        if profile == DEFAULT_PROFILE
+        else DATA / f"confidence-{profile}.json"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Checked:
     """What the guards found and the confidence computed from it."""
@@ -44,6 +61,10 @@ class Checked:
     confidence: float
     signals: dict[str, float]
     """The confidence model's input features."""
+    context: GuardContext | None = None
+    """What the guards saw (the judge's second stage re-runs its guard on it)."""
+    first_stage: float | None = None
+    """The confidence before the judge weighed in, when it did."""
 
     def reports(self) -> list[GuardReport]:
         return [
@@ -96,6 +117,7 @@ class AnswerChecker:
             raise InvalidInputError(str(exc)) from exc
         self.chain = GuardChain(guards)
         self.confidence = self._load_confidence(settings)
+        self.judged_confidence = self._load_judged_confidence(settings)
         self.policy = Policy(
             abstain_below=settings.abstain_below, review_below=settings.review_below
         )
@@ -106,15 +128,34 @@ class AnswerChecker:
         only when neither loads (a configured file that does not load is an error)."""
         if settings.confidence_model is not None:
             return ConfidenceModel.load(settings.confidence_model)
+        shipped = shipped_confidence_path(settings.model)
+        if not shipped.is_file():
+            logger.warning(
+                "no confidence is fitted for model %s: using the SmolLM2 default", settings.model
+            )
+            shipped = DEFAULT_CONFIDENCE_MODEL
         try:
-            return ConfidenceModel.load(DEFAULT_CONFIDENCE_MODEL)
+            return ConfidenceModel.load(shipped)
         except (OSError, ValueError, TypeError) as exc:
             logger.warning(
                 "shipped confidence model %s did not load (%s): using the uncalibrated prior",
-                DEFAULT_CONFIDENCE_MODEL,
+                shipped,
                 exc,
             )
             return ConfidenceModel.prior()
+
+    @staticmethod
+    def _load_judged_confidence(settings: Settings) -> ConfidenceModel | None:
+        """The second stage for judged answers: the configured file, else the profile's
+        shipped one, else None (the judge's verdict is then shown but moves nothing)."""
+        if settings.judge_confidence_model is not None:
+            return ConfidenceModel.load(settings.judge_confidence_model)
+        shipped = shipped_confidence_path(settings.model, judged=True)
+        return ConfidenceModel.load(shipped) if shipped.is_file() else None
+
+    @property
+    def has_judge_guard(self) -> bool:
+        return any(g.name == JudgeGuard.name for g in self.chain.guards)
 
     @staticmethod
     def _load_graph(settings: Settings) -> KnowledgeGraph | None:
@@ -168,7 +209,23 @@ class AnswerChecker:
             token_logprobs=answer.token_logprobs,
             retrieval_score=max((p.score for p in passages), default=None),
         )
-        return Checked(results, self.confidence.score(feats), feats)
+        return Checked(results, self.confidence.score(feats), feats, ctx)
+
+    def judged(self, checked: Checked, judgement: float) -> Checked:
+        """The second stage: the judge guard's verdict on ``judgement`` replaces its abstention,
+        and the second-stage model (if one is fitted) re-scores the confidence from the first
+        stage's and the judge's log-odds."""
+        assert checked.context is not None
+        ctx = replace(checked.context, judgement=judgement)
+        guard = next(g for g in self.chain.guards if g.name == JudgeGuard.name)
+        verdict = guard.check(ctx)
+        results = [verdict if r.name == JudgeGuard.name else r for r in checked.results]
+        feats = {**checked.signals, **verdict.signals}
+        confidence = checked.confidence
+        if self.judged_confidence is not None and "judge" in verdict.signals:
+            stage2 = judged_features(checked.confidence, verdict.signals["judge"])
+            confidence = self.judged_confidence.score(stage2)
+        return Checked(results, confidence, feats, ctx, first_stage=checked.confidence)
 
     def decide(self, checked: Checked, policy: Policy | None = None) -> Decision:
         """What to do with the checked answer: answer, abstain or review."""

@@ -29,6 +29,7 @@ from rag.errors import (
     InvalidInputError,
 )
 from rag.guarding import AnswerChecker, Checked, candidate, finish_reason
+from rag.judge import Judge, JudgeBand
 from rag.prompt import NO_ANSWER
 from rag.retrieval.collection import CollectionRegistry
 from rag.retrieval.embed import Embedder
@@ -80,6 +81,7 @@ class Pipeline:
         reviews: ReviewStore | None = None,
         retriever: RetrieveStage | None = None,
         checker: AnswerChecker | None = None,
+        judge_engine: EngineClient | None = None,
     ):
         """``engine``: an engine client (owned by the caller), or a synchronous generator such
         as ``LLMEngine``/``HFGenerator``, which the pipeline wraps in a client it owns.
@@ -87,7 +89,9 @@ class Pipeline:
         default the pipeline opens the settings' store and owns it.
         ``retriever`` and ``checker``: the retrieve stage and the guards, when the caller has
         them (pipelines sharing one knowledge graph, a retrieve stage with extra retrievers
-        registered); by default built from the settings (no checker with guards disabled)."""
+        registered); by default built from the settings (no checker with guards disabled).
+        ``judge_engine``: the judge model's client when it is not the generator (owned by the
+        caller); by default the pipeline loads the configured judge model itself."""
         self.settings = settings
         self.embedder = embedder
         self.engine, self._owns_engine = as_engine_client(engine)
@@ -104,6 +108,7 @@ class Pipeline:
             if self.checker is not None and settings.self_verification
             else None
         )
+        self.judge, self._owned_judge_engine = self._build_judge(settings, judge_engine)
         store = open_review_store(settings) if reviews is None else reviews
         self.reviews = ReviewDesk(store, owns_store=reviews is None)
         self._loop = BackgroundLoop()
@@ -148,8 +153,29 @@ class Pipeline:
                 raise
         return pipeline
 
+    def _build_judge(
+        self, settings: Settings, judge_engine: EngineClient | None
+    ) -> tuple[Judge | None, EngineClient | None]:
+        """The judge cascade, when the settings turn it on and the guard 'judge' runs; and the
+        judge engine this pipeline loaded (to shut down), if any."""
+        model = settings.resolved_judge_model()
+        if model is None or self.checker is None or not self.checker.has_judge_guard:
+            return None, None
+        owned = None
+        if model == "generator":
+            engine = self.engine
+        elif judge_engine is not None:
+            engine = judge_engine
+        else:
+            config = replace(settings.engine_config(), model=model, remote=None)
+            engine = owned = build_engine_client(config, "engine")
+        band = JudgeBand(settings.judge_min_confidence, settings.judge_max_confidence)
+        return Judge(engine, band=band, passages=settings.judge_passages), owned
+
     def close(self) -> None:
         self._loop.close()
+        if self._owned_judge_engine is not None:
+            self._owned_judge_engine.shutdown()
         if self._owns_engine:
             self.engine.shutdown()
         self.collections.close()
@@ -313,6 +339,14 @@ class Pipeline:
             verification=verification,
         )
         ask.lap("guards_s", since)
+        if self.judge is not None and self.judge.should_judge(checked.confidence):
+            since = time.perf_counter()
+            judgement = await self.judge.score(
+                ask.question, passages, answer, f"{ask.request_id}-judge-{uuid.uuid4().hex[:8]}"
+            )
+            ask.lap("judge_s", since)
+            if judgement is not None:
+                checked = self.checker.judged(checked, judgement)
         return checked, verification
 
     async def _act(
@@ -396,6 +430,9 @@ class Pipeline:
             confidence_signals=checked.signals if checked is not None else {},
             samples=samples or [],
             verification=verification,
+            judgement=checked.context.judgement
+            if checked is not None and checked.context is not None
+            else None,
             review_id=review_id,
         )
         logs.note(

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from engine import EngineConfig
     from engine.remote import RemoteConfig
 
+JUDGE_BY_DEFAULT = frozenset({"qwen2.5-coder-1.5b"})
+"""Generator profiles that judge their own uncertain answers unless told otherwise."""
 MAX_QUESTION_CHARS = 2000
 """The longest question the HTTP API accepts, as its schema states; ``max_question_chars``
 may lower the limit, not raise it."""
@@ -242,6 +244,30 @@ class Settings(BaseSettings):
         description="ask the generator whether its answer is supported (P(yes) on the shared "
         "prefix, one short prefill); off by default: at chance for the 135M default model",
     )
+    judge_model: str | None = Field(
+        None,
+        description="the judge (guard 'judge'): a model asked whether each uncertain answer is "
+        "correct and supported. Empty = the generator itself when it is qwen2.5-coder-1.5b, "
+        "else off; 'off'; 'generator'; or a model as RAGGUARD_MODEL takes (a second engine)",
+    )
+    judge_min_confidence: float = Field(
+        0.1,
+        ge=0.0,
+        le=1.0,
+        description="the judge reads answers whose first-stage confidence "
+        "is at least this ... (docs/benchmarks.md)",
+    )
+    judge_max_confidence: float = Field(
+        0.9, ge=0.0, le=1.0, description="... and at most this (0 and 1: every answer)"
+    )
+    judge_passages: Literal["cited", "all"] = Field(
+        "cited", description="what the judge reads: the passages the answer cites, or all"
+    )
+    judge_confidence_model: Path | None = Field(
+        None,
+        description="second-stage confidence for judged answers (JSON); empty = the shipped "
+        "one of the generator's profile",
+    )
     stop_on_loop: bool = Field(
         True, description="end a generation as soon as it falls into a repetition loop"
     )
@@ -340,6 +366,18 @@ class Settings(BaseSettings):
             return None
         return value
 
+    def resolved_judge_model(self) -> str | None:
+        """The judge's model: None (off), "generator" (the generator's own engine) or a model
+        for a second engine."""
+        choice = (self.judge_model or "").strip()
+        if not choice:
+            return "generator" if self.model in JUDGE_BY_DEFAULT else None
+        if choice.lower() in ("off", "none"):
+            return None
+        if choice == "generator" or choice == self.model:
+            return "generator"
+        return choice
+
     def keys_location(self) -> str | Path:
         """Where the API key store lives (``keys_db``, else ``data_dir/keys.sqlite``)."""
         return self.keys_db or self.data_dir / "keys.sqlite"
@@ -392,6 +430,15 @@ class Settings(BaseSettings):
             raise ValueError("generator=openai needs generator_url (RAGGUARD_GENERATOR_URL)")
         if self.generator_url and not self.generator_url.startswith(("http://", "https://")):
             raise ValueError(f"generator_url must be http(s)://..., got {self.generator_url!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _judge_band(self) -> Settings:
+        if self.judge_min_confidence > self.judge_max_confidence:
+            raise ValueError(
+                f"judge_min_confidence ({self.judge_min_confidence}) must not exceed "
+                f"judge_max_confidence ({self.judge_max_confidence})"
+            )
         return self
 
     @model_validator(mode="after")

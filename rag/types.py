@@ -116,6 +116,9 @@ class Result:
     """The answer and the extra samples as generated, with their token log-probabilities."""
     verification: float | None = None
     """The generator's P(yes) that its answer is correct (self-verification), if asked."""
+    judgement: float | None = None
+    """The judge model's P(yes) that the answer is correct and supported, if it was asked (the
+    cascade asks only answers of uncertain first-stage confidence)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -143,6 +146,7 @@ class Result:
             confidence_signals=dict(data.get("confidence_signals", {})),
             samples=[Sample(**c) for c in data.get("samples", [])],
             verification=data.get("verification"),
+            judgement=data.get("judgement"),
         )
 
 

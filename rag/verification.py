@@ -45,12 +45,12 @@ def verification_messages(
     ]
 
 
-class SelfVerifier:
-    """P(yes) that an answer is correct, asked of the generator that wrote it."""
+class YesNoReader:
+    """Asks an engine a prompt whose reply is yes or no, and reads P(yes) against P(no) from the
+    first token's distribution (one prefill, one token)."""
 
-    def __init__(self, engine: EngineClient, system_prompt: str = SYSTEM_PROMPT):
+    def __init__(self, engine: EngineClient):
         self.engine = engine
-        self.system_prompt = system_prompt
         tokenizer = engine.tokenizer
         if tokenizer is None:
             raise ValueError(f"{type(engine).__name__} exposes no tokenizer to read yes/no")
@@ -60,16 +60,8 @@ class SelfVerifier:
             raise ValueError("the tokenizer has no single token for 'yes' or 'no'")
         self.params = SamplingParams(max_tokens=1, temperature=0.0, logprobs=NUM_TOP_TOKENS)
 
-    def prompt(self, question: str, passages: list[Passage], answer: str) -> str:
-        """The verification prompt (``verification_messages``) in the engine's chat format."""
-        messages = verification_messages(question, passages, answer, self.system_prompt)
-        return self.engine.apply_chat_template(messages)
-
-    async def score(
-        self, question: str, passages: list[Passage], answer: str, request_id: str | None = None
-    ) -> float | None:
-        """P(yes) / (P(yes) + P(no)) at the first answer token; None when neither is in sight."""
-        prompt = self.prompt(question, passages, answer)
+    async def p_yes(self, prompt: str, request_id: str | None = None) -> float | None:
+        """P(yes) / (P(yes) + P(no)) at the first reply token; None when neither is in sight."""
         output = await generate_all(self.engine, prompt, self.params, request_id)
         completion = output.outputs[0]
         top = (completion.top_logprobs or [{}])[0] or {}
@@ -80,3 +72,23 @@ class SelfVerifier:
         if p_yes + p_no <= 0.0:
             return None
         return p_yes / (p_yes + p_no)
+
+
+class SelfVerifier:
+    """P(yes) that an answer is correct, asked of the generator that wrote it."""
+
+    def __init__(self, engine: EngineClient, system_prompt: str = SYSTEM_PROMPT):
+        self.engine = engine
+        self.system_prompt = system_prompt
+        self.reader = YesNoReader(engine)
+
+    def prompt(self, question: str, passages: list[Passage], answer: str) -> str:
+        """The verification prompt (``verification_messages``) in the engine's chat format."""
+        messages = verification_messages(question, passages, answer, self.system_prompt)
+        return self.engine.apply_chat_template(messages)
+
+    async def score(
+        self, question: str, passages: list[Passage], answer: str, request_id: str | None = None
+    ) -> float | None:
+        """P(yes) / (P(yes) + P(no)) at the first answer token; None when neither is in sight."""
+        return await self.reader.p_yes(self.prompt(question, passages, answer), request_id)

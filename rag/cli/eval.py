@@ -23,12 +23,14 @@ BUILTIN_NAMES = (
     "halueval_ask",
     "rgb",
     "rgb_noise",
+    "squad2",
 )
 SUMMARY = (
     ("accuracy", ("answers", "accuracy")),
     ("EM", ("answers", "exact_match")),
     ("F1", ("answers", "token_f1")),
     ("wrong", ("answers", "wrong_answer_rate")),
+    ("declined(unans.)", ("answers", "declined_unanswerable")),
     ("R@5", ("retrieval", "recall@5")),
     ("MRR", ("retrieval", "mrr@10")),
     ("answered", ("decisions", "answer_rate")),

@@ -6,6 +6,7 @@
     metaqa_wikimovies/kb/kb_reconstructed.txt, qa/metaqa_1hop_test.jsonl  movie graph, questions
     metaqa_wikimovies/corpus/omdb_plots.jsonl                          movie plots
     rgb_en_fact/en_fact.jsonl                                          true, counterfactual, noise
+    squad2/dev-v2.0.json                                               SQuAD 2.0, half unanswerable
 
 A missing file is a ``DatasetNotFoundError`` that names it.
 """
@@ -111,6 +112,14 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
         for line in lines:
             if line.strip():
                 yield json.loads(line)
+
+
+def load_squad2(data_dir: Path) -> list[dict[str, Any]]:
+    """SQuAD 2.0's articles: {title, paragraphs: [{context, qas: [{id, question, answers,
+    is_impossible}]}]}."""
+    data = read_json(data_dir / "squad2" / "dev-v2.0.json")
+    articles: list[dict[str, Any]] = data["data"]
+    return articles
 
 
 def load_musique(data_dir: Path, limit: int | None = None) -> QADataset:

@@ -15,6 +15,8 @@ Fields of a line (only ``question`` is required):
                        generated; the guards check ``answer`` instead (HaluEval style)
     answer             the given answer of a labelled item
     passages           the context of a labelled item (strings); absent: retrieved from the index
+    answerable         false: no passage holds an answer (SQuAD 2.0's unanswerable questions);
+                       the right outcome is to decline, and any answer given is wrong
 
 A malformed line raises ``DatasetFormatError`` naming the file, the line and the field.
 """
@@ -53,6 +55,7 @@ class EvalItem:
     label: int | None = None
     answer: str | None = None
     passages: tuple[str, ...] = ()
+    answerable: bool = True
 
     @property
     def is_labelled(self) -> bool:
@@ -75,6 +78,8 @@ class EvalItem:
             record["label"] = self.label
         if self.answer is not None:
             record["answer"] = self.answer
+        if not self.answerable:
+            record["answerable"] = False
         return record
 
 
@@ -107,6 +112,11 @@ def parse_item(record: Any, where: str, default_id: str) -> EvalItem:
         raise DatasetFormatError(f"{where}: field 'answer' must be a string")
     if label is not None and answer is None:
         raise DatasetFormatError(f"{where}: field 'answer' is required when 'label' is given")
+    answerable = record.get("answerable", True)
+    if not isinstance(answerable, bool):
+        raise DatasetFormatError(f"{where}: field 'answerable' must be true or false")
+    if not answerable and record.get("answers"):
+        raise DatasetFormatError(f"{where}: an item with 'answerable' false has no 'answers'")
     item_id = record.get("id", default_id)
     if not isinstance(item_id, str | int) or isinstance(item_id, bool):
         raise DatasetFormatError(f"{where}: field 'id' must be a string")
@@ -117,6 +127,7 @@ def parse_item(record: Any, where: str, default_id: str) -> EvalItem:
         answer_type=answer_type,
         label=label,
         answer=answer,
+        answerable=answerable,
         **lists,
     )
 

@@ -222,6 +222,33 @@ def prepare_rgb_noise(data_dir: Path) -> PreparedDataset:
     return PreparedDataset("rgb_noise", items, docs)
 
 
+def prepare_squad2(data_dir: Path) -> PreparedDataset:
+    """SQuAD 2.0 (part of its dev set): questions over an index of every paragraph, about half
+    of them unanswerable from their paragraph (written to look answerable), where the right
+    outcome is to decline. Shuffled with a fixed seed, so the first N of any ``--limit`` mix
+    the articles and both kinds; gold = the question's own paragraph."""
+    docs: list[Document] = []
+    items: list[EvalItem] = []
+    for article in ds.load_squad2(data_dir):
+        for j, paragraph in enumerate(article["paragraphs"]):
+            doc = Document(f"{article['title']}-{j}", paragraph["context"])
+            docs.append(doc)
+            for qa in paragraph["qas"]:
+                answers = tuple(dict.fromkeys(a["text"] for a in qa.get("answers", [])))
+                impossible = bool(qa.get("is_impossible")) or not answers
+                items.append(
+                    EvalItem(
+                        id=qa["id"],
+                        question=qa["question"].strip(),
+                        answers=() if impossible else answers,
+                        answerable=not impossible,
+                        gold_passage_ids=(doc.doc_id,),
+                    )
+                )
+    random.Random(SHUFFLE_SEED).shuffle(items)
+    return PreparedDataset("squad2", items, docs)
+
+
 BUILTIN: dict[str, Callable[[Path], PreparedDataset]] = {
     "musique": prepare_musique,
     "hotpotqa": prepare_hotpotqa,
@@ -231,6 +258,7 @@ BUILTIN: dict[str, Callable[[Path], PreparedDataset]] = {
     "halueval_ask": prepare_halueval_ask,
     "rgb": prepare_rgb,
     "rgb_noise": prepare_rgb_noise,
+    "squad2": prepare_squad2,
 }
 
 

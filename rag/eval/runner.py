@@ -201,6 +201,7 @@ class Runner:
             "signals": result.confidence_signals,
             "samples": [asdict(c) for c in result.samples],
             "verification": result.verification,
+            "judgement": result.judgement,
             "passages": [passage_record(p) for p in result.passages],
             **shown,
             "timings": result.timings,

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from guards.answers import states_no_answer
 from guards.confidence import expected_calibration_error
 from rag.eval.datasets import verdict_of
 from rag.eval.items import EvalItem
@@ -46,6 +47,8 @@ def is_correct(item: EvalItem, answer: str) -> bool | None:
     """Is ``answer`` right for ``item``? None when the item has no gold answer."""
     if item.is_labelled:
         return item.label == 1
+    if not item.answerable:
+        return states_no_answer(answer)
     if not item.answers:
         return None
     if item.answer_type == "yes_no":
@@ -72,10 +75,17 @@ def retrieval_metrics(records: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def answer_metrics(pairs: list[tuple[EvalItem, dict[str, Any]]]) -> dict[str, Any] | None:
-    scored = [(item, r) for item, r in pairs if not item.is_labelled and item.answers]
+    scored = [
+        (item, r)
+        for item, r in pairs
+        if not item.is_labelled and (item.answers or not item.answerable)
+    ]
     if not scored:
         return None
-    free = [(item, r["answer"]) for item, r in scored if item.answer_type == "free"]
+    free = [
+        (item, r["answer"]) for item, r in scored if item.answer_type == "free" and item.answers
+    ]
+    unanswerable = [r for item, r in scored if not item.answerable]
     with_wrong = [(item, r["answer"]) for item, r in scored if item.wrong_answers]
     return {
         "num_items": len(scored),
@@ -86,6 +96,8 @@ def answer_metrics(pairs: list[tuple[EvalItem, dict[str, Any]]]) -> dict[str, An
         "wrong_answer_rate": share_true(
             [contains_gold(a, item.wrong_answers) for item, a in with_wrong]
         ),
+        "num_unanswerable": len(unanswerable),
+        "declined_unanswerable": share_true([states_no_answer(r["answer"]) for r in unanswerable]),
     }
 
 

@@ -1,0 +1,104 @@
+"""The judge: a second reading of an answer by a model asked only whether it is right.
+
+The judge model (``RAGGUARD_JUDGE_MODEL``; by default the generator itself when it is
+Qwen2.5-Coder-1.5B) is shown the passages the answer rests on, then the question and the
+proposed answer, and asked whether the answer is correct and supported; the signal is its
+P(yes) / (P(yes) + P(no)) at the first reply token (``YesNoReader``). Passages come first so
+that judgements of one question share their KV prefix. It runs as a cascade
+(``Judge.should_judge``): only answers whose first-stage confidence falls in an uncertain band
+are judged, so confident answers cost nothing extra.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from engine.client import EngineClient
+from rag.citations import attribute
+from rag.types import Passage
+from rag.verification import YesNoReader
+
+JudgePassages = Literal["cited", "all"]
+JUDGE_SYSTEM_PROMPT = (
+    "You are a careful fact checker. You decide whether a proposed answer to a question is "
+    "correct and fully supported by the given passages."
+)
+JUDGE_QUESTION = "Is the proposed answer correct and supported by the passages? Reply yes or no."
+
+
+def judged_passages(
+    answer: str, passages: Sequence[Passage], which: JudgePassages
+) -> list[Passage]:
+    """The passages the judge reads: those the answer cites (explicitly, else by word overlap),
+    in the prompt's order; all of them when it cites none or ``which`` is "all"."""
+    if which == "cited":
+        cited = {c.number for c in attribute(answer, list(passages))}
+        chosen = [p for n, p in enumerate(passages, start=1) if n in cited]
+        if chosen:
+            return chosen
+    return list(passages)
+
+
+def judge_messages(question: str, passages: Sequence[Passage], answer: str) -> list[dict[str, str]]:
+    """The judge's conversation: the passages first (a prefix shared by every judgement of the
+    question), then the question, the proposed answer and the yes/no question."""
+    shown = "\n\n".join(f"[{n}] {p.text.strip()}" for n, p in enumerate(passages, start=1))
+    return [
+        {"role": "system", "content": JUDGE_SYSTEM_PROMPT},
+        {
+            "role": "user",
+            "content": f"Passages:\n{shown}\n\nQuestion: {question.strip()}\n"
+            f"Proposed answer: {answer.strip()}\n\n{JUDGE_QUESTION}",
+        },
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeBand:
+    """Judge an answer only when its first-stage confidence is within [low, high]."""
+
+    low: float = 0.0
+    high: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.low <= self.high <= 1.0:
+            raise ValueError(f"the judge band needs 0 <= low <= high <= 1, got {self}")
+
+    def contains(self, confidence: float) -> bool:
+        return self.low <= confidence <= self.high
+
+
+class Judge:
+    """P(yes) that an answer is correct and supported, asked of a judge model."""
+
+    def __init__(
+        self,
+        engine: EngineClient,
+        *,
+        band: JudgeBand | None = None,
+        passages: JudgePassages = "cited",
+    ):
+        self.engine = engine
+        self.reader = YesNoReader(engine)
+        self.band = band or JudgeBand()
+        self.passages = passages
+
+    def should_judge(self, confidence: float) -> bool:
+        """The cascade: is this first-stage confidence uncertain enough to ask the judge?"""
+        return self.band.contains(confidence)
+
+    def prompt(self, question: str, passages: Sequence[Passage], answer: str) -> str:
+        shown = judged_passages(answer, passages, self.passages)
+        return self.engine.apply_chat_template(judge_messages(question, shown, answer))
+
+    async def score(
+        self,
+        question: str,
+        passages: Sequence[Passage],
+        answer: str,
+        request_id: str | None = None,
+    ) -> float | None:
+        """The judge's P(yes); None when it gave neither yes nor no any weight."""
+        return await self.reader.p_yes(self.prompt(question, passages, answer), request_id)
