@@ -167,7 +167,13 @@ class Pipeline:
         elif judge_engine is not None:
             engine = judge_engine
         else:
-            config = replace(settings.engine_config(), model=model, remote=None)
+            config = replace(
+                settings.engine_config(),
+                model=model,
+                quantization=settings.judge_quantization,
+                speculative=None,
+                remote=None,
+            )
             engine = owned = build_engine_client(config, "engine")
         band = JudgeBand(settings.judge_min_confidence, settings.judge_max_confidence)
         return Judge(engine, band=band, passages=settings.judge_passages), owned

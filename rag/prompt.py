@@ -22,7 +22,27 @@ SYSTEM_PROMPT = (
     "If the passages do not contain the answer, reply exactly: I don't know."
 )
 
+WORDED_ANSWER_PROMPT = (
+    "Answer the question from the numbered passages below. Write the answer in words, in one "
+    "short sentence, followed by the numbers of the passages you used in brackets, for "
+    "example: Paris is the capital of France [1]. If the passages do not contain the answer, "
+    "reply exactly: I don't know."
+)
+"""For models that, told to cite, may reply with the citation alone: Qwen2.5-Coder-1.5B answered
+18 of 50 RGB questions with a bare "[1]" under ``SYSTEM_PROMPT``, none under this one."""
+MODEL_SYSTEM_PROMPTS = {
+    "qwen2.5-coder-1.5b": WORDED_ANSWER_PROMPT,
+    "qwen2.5-coder-0.5b": WORDED_ANSWER_PROMPT,
+}
+"""The rule each model profile answers by when ``system_prompt`` is not set."""
+
 NO_ANSWER = "I don't know."
+
+
+def system_prompt_for(model: str | None) -> str:
+    """The default rule for a generator profile (``SYSTEM_PROMPT`` for any other model)."""
+    return MODEL_SYSTEM_PROMPTS.get(model or "", SYSTEM_PROMPT)
+
 
 PassageOrder = Literal["reuse", "canonical", "rank"]
 """How the prompt orders its passages: "reuse" (a recent prompt's order for the passages it shares

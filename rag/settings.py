@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from rag.prompt import SYSTEM_PROMPT, PassageOrder
+from rag.prompt import PassageOrder, system_prompt_for
 from rag.retrieval.records import RetrievalMode
 
 if TYPE_CHECKING:
@@ -200,10 +200,10 @@ class Settings(BaseSettings):
         "first)",
     )
     system_prompt: str = Field(
-        SYSTEM_PROMPT,
-        min_length=1,
+        "",
         max_length=4000,
-        description="the rule the generator answers by, sent before the passages",
+        description="the rule the generator answers by, sent before the passages; empty = "
+        "the model's default (rag.prompt.MODEL_SYSTEM_PROMPTS, else rag.prompt.SYSTEM_PROMPT)",
     )
     max_tokens: int = Field(160, ge=1, le=4096, description="answer length limit in tokens")
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="0 = greedy")
@@ -249,6 +249,11 @@ class Settings(BaseSettings):
         description="the judge (guard 'judge'): a model asked whether each uncertain answer is "
         "correct and supported. Empty = the generator itself when it is qwen2.5-coder-1.5b, "
         "else off; 'off'; 'generator'; or a model as RAGGUARD_MODEL takes (a second engine)",
+    )
+    judge_quantization: Literal["int8"] | None = Field(
+        "int8",
+        description="a judge on an engine of its own: its weights (int8 by default: the 1.5B "
+        "in float32 is 6 GB); the generator's own setting applies when it judges itself",
     )
     judge_min_confidence: float = Field(
         0.1,
@@ -355,6 +360,7 @@ class Settings(BaseSettings):
         "max_queue_wait_s",
         "max_queue_wait_services",
         "quantization",
+        "judge_quantization",
         "speculative",
         mode="before",
     )
@@ -430,6 +436,12 @@ class Settings(BaseSettings):
             raise ValueError("generator=openai needs generator_url (RAGGUARD_GENERATOR_URL)")
         if self.generator_url and not self.generator_url.startswith(("http://", "https://")):
             raise ValueError(f"generator_url must be http(s)://..., got {self.generator_url!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _model_system_prompt(self) -> Settings:
+        if not self.system_prompt.strip():
+            self.system_prompt = system_prompt_for(self.model)
         return self
 
     @model_validator(mode="after")

@@ -86,6 +86,8 @@ class Recorded:
 
     samples: int | None = None
     verification: bool = True
+    judgement: bool = False
+    """The judge's recorded P(yes) (off by default: the judge's figures fit a second stage)."""
 
 
 EVERYTHING = Recorded()
@@ -104,6 +106,7 @@ def context_of(answer: LabelledAnswer, seen: Recorded = EVERYTHING) -> GuardCont
             for s in r["samples"][: seen.samples]
         ),
         verification=r.get("verification") if seen.verification else None,
+        judgement=r.get("judgement") if seen.judgement else None,
     )
 
 

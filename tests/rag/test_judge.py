@@ -55,9 +55,7 @@ def test_the_judge_model_defaults_to_the_1_5b_generator_itself() -> None:
     qwen = Settings(model="qwen2.5-coder-1.5b", _env_file=None)
     assert qwen.resolved_judge_model() == "generator"
     assert qwen.model_copy(update={"judge_model": "off"}).resolved_judge_model() is None
-    small = Settings(
-        model="qwen2.5-coder-0.5b", judge_model="qwen2.5-coder-1.5b", _env_file=None
-    )
+    small = Settings(model="qwen2.5-coder-0.5b", judge_model="qwen2.5-coder-1.5b", _env_file=None)
     assert small.resolved_judge_model() == "qwen2.5-coder-1.5b"  # a second engine
 
 

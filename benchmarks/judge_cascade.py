@@ -1,0 +1,341 @@
+"""The judge and its cascade, measured on labelled generations; one generator's records per call.
+
+Reads ``ragguard eval`` output folders made with the judge asked of every answer
+(``docs/eval-configs/labelled-qwen1.5b.toml``, ``labelled-smollm2-judged.toml``), re-runs today's
+guards on the records offline as the default settings see them (the first stage: the answer
+alone, no judge), and reports per data set:
+
+- the first-stage confidence, validated leave-one-set-out (fitted on every other set);
+- the judge's P(yes) alone;
+- the cascade: answers whose first-stage confidence is in the band get the second stage (the
+  first stage's and the judge's log-odds, re-weighed by a 3-parameter logistic model), others
+  keep the first stage. Both stages are fitted without the held-out set, and the second stage's
+  training rows carry first-stage scores from models that never saw *their* set either (nested),
+  so no label of a scored answer reaches its score;
+- the same on new questions of the sets (5 folds by question, nested the same way): the ECE
+  there is what a user of these sources should expect;
+- what the policy does: accuracy of the answers let through against those flagged.
+
+The band is chosen on the pooled left-out scores: the narrowest band whose mean AUROC is within
+``--band-tolerance`` of judging every answer. ``--write-model PROFILE`` then fits both stages on
+every set and writes ``rag/data/confidence-PROFILE.json`` and ``rag/data/judged-PROFILE.json``.
+
+    python benchmarks/judge_cascade.py --runs eval-runs/labelled-qwen1.5b --write-model qwen2.5-coder-1.5b
+    python benchmarks/judge_cascade.py --runs eval-runs/labelled-smollm2-judged --stage1-shipped
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from judgement import DEFAULT_L2, chains, default_policy, fmt, interval  # noqa: E402
+
+from guards import ConfidenceModel  # noqa: E402
+from guards.confidence import judged_features  # noqa: E402
+from guards.judge import judge_logit  # noqa: E402
+from guards.registry import signal_directions  # noqa: E402
+from rag.eval.metrics import auroc  # noqa: E402
+from rag.eval.records import read_records  # noqa: E402
+from rag.eval.training import (  # noqa: E402
+    FitOptions,
+    LabelledAnswer,
+    figures,
+    load_run,
+    question_fold,
+    rescore,
+)
+from rag.eval.training import Recorded as Seen  # noqa: E402
+from rag.guarding import DATA, shipped_confidence_path  # noqa: E402
+
+NO_ANSWER_SETS = ("rgb_noise",)
+"""Sets whose passages hold no answer: reported apart (the right outcome is to decline)."""
+STAGE2_L2 = 1.0
+STAGE2_DIRECTIONS = {"first_stage": 1, "judge": 1}
+BANDS = [(lo / 100, hi / 100) for lo in range(0, 55, 5) for hi in range(lo + 5, 105, 5)]
+Split = Callable[[LabelledAnswer], Any]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=Path, required=True, help="folder of <set>/ eval outputs")
+    parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
+    parser.add_argument("--l2", type=float, default=DEFAULT_L2, help="first stage's ridge")
+    parser.add_argument("--band-tolerance", type=float, default=0.005)
+    parser.add_argument(
+        "--stage1-shipped",
+        action="store_true",
+        help="score the first stage with the shipped SmolLM2 confidence (today's default) "
+        "instead of refitting it: the judge's gain over what ships",
+    )
+    parser.add_argument("--write-model", metavar="PROFILE", help="write both stages' files")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    return parser.parse_args(argv)
+
+
+def judged(a: LabelledAnswer) -> float | None:
+    p = a.record.get("judgement")
+    return None if p is None else float(p)
+
+
+def fit_stage2(answers: Sequence[LabelledAnswer], first: Sequence[float]) -> ConfidenceModel:
+    rows = [
+        judged_features(c, judge_logit(p))
+        for a, c in zip(answers, first, strict=True)
+        if (p := judged(a)) is not None
+    ]
+    labels = [a.correct for a in answers if judged(a) is not None]
+    return ConfidenceModel.fit(rows, labels, directions=STAGE2_DIRECTIONS, l2=STAGE2_L2)
+
+
+def cascade(
+    answers: Sequence[LabelledAnswer],
+    first: Sequence[float],
+    stage2: ConfidenceModel,
+    band: tuple[float, float],
+) -> list[float]:
+    """Each answer's final confidence: the second stage inside the band (if judged)."""
+    out = []
+    for a, c in zip(answers, first, strict=True):
+        p = judged(a)
+        inside = band[0] <= c <= band[1] and p is not None
+        out.append(stage2.score(judged_features(c, judge_logit(p))) if inside and p else c)
+    return out
+
+
+class Validation:
+    """Out-of-sample scores of both stages under one way of splitting (by set, or by question
+    fold), nested for the second stage's training features."""
+
+    def __init__(
+        self,
+        answers: list[LabelledAnswer],
+        options: FitOptions,
+        split: Split,
+        stage1: ConfidenceModel | None = None,
+    ):
+        self.answers = answers
+        self.options = options
+        self.split = split
+        self.stage1 = stage1  # a fixed first stage (the shipped one) instead of refitting
+        self.groups = list(dict.fromkeys(split(a) for a in answers))
+        self.first = self._first_stage(answers, self.groups)
+        self.stage2 = {g: self._stage2_without(g) for g in self.groups}
+
+    def _first_stage(self, answers: Sequence[LabelledAnswer], groups: list[Any]) -> list[float]:
+        """Each answer's first-stage score from a model that never saw its group."""
+        if self.stage1 is not None:
+            return [self.stage1.score(a.signals) for a in answers]
+        scores = [0.0] * len(answers)
+        for g in groups:
+            model = self.options.fit([a for a in answers if self.split(a) != g])
+            for k, a in enumerate(answers):
+                if self.split(a) == g:
+                    scores[k] = model.score(a.signals)
+        return scores
+
+    def _stage2_without(self, held_out: Any) -> ConfidenceModel:
+        train = [a for a in self.answers if self.split(a) != held_out]
+        inner = [g for g in self.groups if g != held_out]
+        return fit_stage2(train, self._first_stage(train, inner))
+
+    def scores(self, band: tuple[float, float]) -> list[float]:
+        """Every answer's cascade confidence, in the order of ``answers``."""
+        out = list(self.first)
+        for g in self.groups:
+            idx = [k for k, a in enumerate(self.answers) if self.split(a) == g]
+            final = cascade(
+                [self.answers[k] for k in idx], [self.first[k] for k in idx], self.stage2[g], band
+            )
+            for k, c in zip(idx, final, strict=True):
+                out[k] = c
+        return out
+
+
+def by_set(answers: list[LabelledAnswer], values: Sequence[float]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for a, v in zip(answers, values, strict=True):
+        out.setdefault(a.dataset, []).append(v)
+    return out
+
+
+def labels_of(answers: list[LabelledAnswer]) -> dict[str, list[int]]:
+    return by_set(answers, [a.correct for a in answers])  # type: ignore[return-value]
+
+
+def choose_band(val: Validation, tolerance: float) -> tuple[tuple[float, float], list[str]]:
+    """The narrowest band (fewest answers judged) whose mean per-set AUROC, left out, is
+    within ``tolerance`` of judging every answer; and the table of candidates."""
+    labels = labels_of(val.answers)
+
+    def mean_auroc(band: tuple[float, float]) -> float:
+        scores = by_set(val.answers, val.scores(band))
+        return float(np.mean([auroc(scores[s], labels[s]) for s in labels]))
+
+    def share(band: tuple[float, float]) -> float:
+        return float(np.mean([band[0] <= c <= band[1] for c in val.first]))
+
+    full = mean_auroc((0.0, 1.0))
+    rows = sorted(((share(b), mean_auroc(b), b) for b in BANDS), key=lambda r: (r[0], -r[1]))
+    best = next(b for s, m, b in rows if m >= full - tolerance)
+    lines = [f"judging every answer: mean AUROC {full:.3f}"]
+    seen: set[float] = set()
+    for s, m, b in rows:
+        if round(s, 2) in seen or s == 0:
+            continue
+        seen.add(round(s, 2))
+        if len(lines) < 14 or b == best:
+            lines.append(f"| {b[0]:.2f}–{b[1]:.2f} | {s:.2f} | {m:.3f} |")
+    return best, lines
+
+
+def policy_gap(scores: list[float], labels: list[int]) -> tuple[float | None, float | None]:
+    """Accuracy of the answers the default thresholds let through, and of those they flag
+    (guards' hard failures aside: the confidence's own effect)."""
+    policy = default_policy()
+    through = [c for p, c in zip(scores, labels, strict=True) if p >= policy.review_below]
+    flagged = [c for p, c in zip(scores, labels, strict=True) if p < policy.review_below]
+    return (
+        float(np.mean(through)) if through else None,
+        float(np.mean(flagged)) if flagged else None,
+    )
+
+
+def no_answer_report(runs: Path, scorer: Callable[[list[LabelledAnswer]], list[float]]) -> None:
+    policy = default_policy()
+    for name in NO_ANSWER_SETS:
+        run_dir = runs / name
+        if not (run_dir / "dataset.jsonl").is_file():
+            continue
+        records = read_records(next(run_dir.glob("*/items.jsonl")))
+        declined = sum(1 for r in records.values() if r.get("declined"))
+        answers = load_run(run_dir)
+        scores = scorer(answers) if answers else []
+        withheld = sum(p < policy.abstain_below for p in scores)
+        review = sum(policy.abstain_below <= p < policy.review_below for p in scores)
+        print(
+            f"\n{name} ({len(records)} questions, no passage holds the answer): the generator "
+            f"declined {declined} ({declined / len(records):.2f}); of its answers the cascade "
+            f"withholds {withheld}, sends {review} to review, lets {len(scores) - withheld - review}"
+            f" through; declined or withheld {(declined + withheld) / len(records):.2f}"
+        )
+
+
+def cost_report(answers: list[LabelledAnswer], first: list[float], band: tuple[float, float]):
+    judge_s = [a.record["timings"]["judge_s"] for a in answers if "judge_s" in a.record["timings"]]
+    total_s = [a.record["timings"]["total_s"] for a in answers]
+    share = float(np.mean([band[0] <= c <= band[1] for c in first]))
+    median_judge = statistics.median(judge_s) if judge_s else float("nan")
+    print(
+        f"\nCost (this CPU, 8 questions in flight): the judge took {median_judge:.2f} s per judged "
+        f"answer (median of {len(judge_s)}), answers {statistics.median(total_s):.2f} s in all "
+        f"(median, judge included); the band judges {share:.2f} of answers: "
+        f"+{share * median_judge:.2f} s per answer on average"
+    )
+    return {"judge_s_median": median_judge, "share_judged": share}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    answers: list[LabelledAnswer] = []
+    for run_dir in sorted(p for p in args.runs.iterdir() if (p / "dataset.jsonl").is_file()):
+        if run_dir.name not in NO_ANSWER_SETS:
+            answers += load_run(run_dir)
+    chain_for = chains(args.data_dir, None)
+    first_view = Seen(samples=1, verification=False, judgement=False)
+    rescore(answers, chain_for, first_view)
+    directions = signal_directions([g for a in answers for g in chain_for(a).guards])
+    options = FitOptions(
+        directions=directions, l2=args.l2, standardize=True, per_set_intercepts=True
+    )
+    shipped = ConfidenceModel.load(DATA / "confidence.json") if args.stage1_shipped else None
+    sets = list(dict.fromkeys(a.dataset for a in answers))
+    left_out = Validation(answers, options, lambda a: a.dataset, shipped)
+    new_q = Validation(answers, options, lambda a: question_fold(a, 5), shipped)
+    band, band_lines = choose_band(left_out, args.band_tolerance)
+    print(
+        f"{len(answers)} labelled answers of {args.runs.name}; first stage "
+        f"{'shipped' if shipped else 'refitted, left out'}"
+    )
+    print("\nBands (pooled left-out first-stage scores): band | share judged | mean AUROC\n")
+    print("\n".join(band_lines))
+    print(f"chosen band: {band[0]:.2f}–{band[1]:.2f}")
+
+    labels = labels_of(answers)
+    first = by_set(answers, left_out.first)
+    final = by_set(answers, left_out.scores(band))
+    every = by_set(answers, left_out.scores((0.0, 1.0)))
+    fresh = by_set(answers, new_q.scores(band))
+    judge_alone = by_set(answers, [judged(a) if judged(a) is not None else 0.5 for a in answers])
+    print(
+        "\n| set | answers | right / wrong | accuracy | first stage AUROC (95 %) | judge alone "
+        "| cascade AUROC (95 %) | judging all | ECE left out | ECE new questions "
+        "| acc. let through / flagged (cascade) |"
+    )
+    print("| --- " * 11 + "|")
+    report: dict[str, Any] = {"band": band, "sets": {}}
+    for s in sets:
+        y = labels[s]
+        f1, fc = figures(s, first[s], y), figures(s, final[s], y)
+        fnew = figures(s, fresh[s], y, uncertainty=False)
+        through, flagged = policy_gap(final[s], y)
+        right = sum(y)
+        small = "" if min(right, len(y) - right) >= 30 else " (too few for an interval)"
+        print(
+            f"| {s} | {len(y)} | {right} / {len(y) - right}{small} | {fmt(f1.accuracy)} | "
+            f"{fmt(f1.auroc)} ({interval(f1.auroc_interval)}) | {fmt(auroc(judge_alone[s], y))} | "
+            f"**{fmt(fc.auroc)}** ({interval(fc.auroc_interval)}) | {fmt(auroc(every[s], y))} | "
+            f"{fmt(fc.ece)} | {fmt(fnew.ece)} | {fmt(through)} / {fmt(flagged)} |"
+        )
+        report["sets"][s] = {
+            "num_answers": len(y),
+            "num_right": right,
+            "accuracy": f1.accuracy,
+            "auroc_first_stage": f1.auroc,
+            "auroc_first_stage_interval": f1.auroc_interval,
+            "auroc_judge_alone": auroc(judge_alone[s], y),
+            "auroc_cascade": fc.auroc,
+            "auroc_cascade_interval": fc.auroc_interval,
+            "auroc_judging_all": auroc(every[s], y),
+            "ece_left_out": fc.ece,
+            "ece_new_questions": fnew.ece,
+            "accuracy_let_through": through,
+            "accuracy_flagged": flagged,
+        }
+    report["cost"] = cost_report(answers, left_out.first, band)
+    stage1 = shipped or options.fit(answers)
+    stage2 = fit_stage2(answers, left_out.first)
+    print(f"\nSecond stage on every set: {json.dumps(stage2.weights)} bias {stage2.bias:+.3f}")
+
+    def scorer(group: list[LabelledAnswer]) -> list[float]:
+        rescore(group, chain_for, first_view)
+        return cascade(group, [stage1.score(a.signals) for a in group], stage2, band)
+
+    no_answer_report(args.runs, scorer)
+    if args.write_model:
+        trained_on = ",".join(f"{s}:{len(labels[s])}" for s in sets)
+        notes = {"trained_on": trained_on, "band": f"{band[0]}-{band[1]}"}
+        retrain = f"python benchmarks/judge_cascade.py --runs DIR --write-model {args.write_model}"
+        if shipped is None:
+            stage1.notes.update({**notes, "retrain": retrain})
+            stage1.save(shipped_confidence_path(args.write_model))
+        stage2.notes.update({**notes, "retrain": retrain, "features": "first_stage, judge"})
+        stage2.save(shipped_confidence_path(args.write_model, judged=True))
+        print(f"wrote the {args.write_model} confidence files under {DATA}")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1, default=float))
+
+
+if __name__ == "__main__":
+    main()
