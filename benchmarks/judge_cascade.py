@@ -20,7 +20,8 @@ The band is chosen on the pooled left-out scores: the narrowest band whose mean 
 ``--band-tolerance`` of judging every answer. ``--write-model PROFILE`` then fits both stages on
 every set and writes ``rag/data/confidence-PROFILE.json`` and ``rag/data/judged-PROFILE.json``.
 
-    python benchmarks/judge_cascade.py --runs eval-runs/labelled-qwen1.5b --write-model qwen2.5-coder-1.5b
+    python benchmarks/judge_cascade.py --runs eval-runs/labelled-qwen1.5b \
+        --write-model qwen2.5-coder-1.5b
     python benchmarks/judge_cascade.py --runs eval-runs/labelled-smollm2-judged --stage1-shipped
 """
 
@@ -232,7 +233,9 @@ def no_answer_report(runs: Path, scorer: Callable[[list[LabelledAnswer]], list[f
         )
 
 
-def cost_report(answers: list[LabelledAnswer], first: list[float], band: tuple[float, float]):
+def cost_report(
+    answers: list[LabelledAnswer], first: list[float], band: tuple[float, float]
+) -> dict[str, float]:
     judge_s = [a.record["timings"]["judge_s"] for a in answers if "judge_s" in a.record["timings"]]
     total_s = [a.record["timings"]["total_s"] for a in answers]
     share = float(np.mean([band[0] <= c <= band[1] for c in first]))
