@@ -228,8 +228,8 @@ def no_answer_report(runs: Path, scorer: Callable[[list[LabelledAnswer]], list[f
         print(
             f"\n{name} ({len(records)} questions, no passage holds the answer): the generator "
             f"declined {declined} ({declined / len(records):.2f}); of its answers the cascade "
-            f"withholds {withheld}, sends {review} to review, lets {len(scores) - withheld - review}"
-            f" through; declined or withheld {(declined + withheld) / len(records):.2f}"
+            f"withholds {withheld}, sends {review} to review, lets "
+            f"{len(scores) - withheld - review} through; declined or withheld {(declined + withheld) / len(records):.2f}"
         )
 
 
