@@ -229,7 +229,8 @@ def no_answer_report(runs: Path, scorer: Callable[[list[LabelledAnswer]], list[f
             f"\n{name} ({len(records)} questions, no passage holds the answer): the generator "
             f"declined {declined} ({declined / len(records):.2f}); of its answers the cascade "
             f"withholds {withheld}, sends {review} to review, lets "
-            f"{len(scores) - withheld - review} through; declined or withheld {(declined + withheld) / len(records):.2f}"
+            f"{len(scores) - withheld - review} through; declined or withheld "
+            f"{(declined + withheld) / len(records):.2f}"
         )
 
 
