@@ -12,7 +12,7 @@ out=${2:?usage: labelled_generations.sh CONFIG.toml OUT_DIR [SET:N ...]}
 shift 2
 sets=("$@")
 if [ ${#sets[@]} -eq 0 ]; then
-    sets=(rgb:50 squad2:200 hotpotqa:50 musique:100 rgb_noise:50 pubmedqa:150 metaqa:150 halueval_ask:150)
+    sets=(rgb:50 squad2:150 hotpotqa:50 rgb_noise:50 musique:80 pubmedqa:80 metaqa:80 halueval_ask:100)
 fi
 bin=${RAGGUARD_BIN:-.venv/bin/ragguard}
 for s in "${sets[@]}"; do
