@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> None:
     for r in rows:
         print(
             f"| {r['profile']} | {r['variant']} | {r['load_s']:.1f} s | "
-            f"{r['peak_rss_gib']:.2f} GiB | {r['ttft_s']:.2f} s ({r['rag_prompt_tokens']} tokens) | "
+            f"{r['peak_rss_gib']:.2f} GiB | "
+            f"{r['ttft_s']:.2f} s ({r['rag_prompt_tokens']} tokens) | "
             f"{r['decode_tok_s']:.1f} tok/s | {r['batch8_tok_s']:.1f} tok/s |"
         )
     print(
