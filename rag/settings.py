@@ -231,7 +231,7 @@ class Settings(BaseSettings):
         None,
         description="guards to run, by registered name (JSON list); empty = every registered "
         "guard (repetition, grounding, self_consistency, answer_evidence, evidence_conflict, "
-        "self_verification, verifier, knowledge_graph)",
+        "self_verification, verifier, judge, knowledge_graph)",
     )
     verifier: Path | None = Field(
         None,

@@ -147,6 +147,11 @@ class AskResponse(BaseModel):
     confidence_signals: dict[str, float] = Field(
         default_factory=dict, description="the signals the confidence was computed from"
     )
+    judgement: float | None = Field(
+        None,
+        description="the judge model's P(yes) that the answer is correct and supported, when "
+        "the cascade asked it (first-stage confidence in the judge's band)",
+    )
 
     @classmethod
     def from_result(cls, result: Result) -> AskResponse:

@@ -144,3 +144,43 @@ def test_an_unknown_built_in_name_lists_the_known_ones(tmp_path: Path) -> None:
         InvalidInputError, match="musique, hotpotqa, pubmedqa, metaqa, halueval, halueval_ask, rgb"
     ):
         prepare("squad", tmp_path)
+
+
+@pytest.mark.skipif(not (DATA / "squad2").is_dir(), reason="the shared SQuAD 2.0 part is absent")
+def test_squad2_mixes_answerable_and_unanswerable_questions_over_its_paragraphs() -> None:
+    prepared = prepare("squad2", DATA)
+    assert len(prepared.items) == 2828 and len(prepared.documents) == 301
+    unanswerable = [i for i in prepared.items if not i.answerable]
+    assert len(unanswerable) == 1529 and not any(i.answers for i in unanswerable)
+    assert all(i.answers for i in prepared.items if i.answerable)
+    doc_ids = {d.doc_id for d in prepared.documents}
+    assert all(
+        len(i.gold_passage_ids) == 1 and i.gold_passage_ids[0] in doc_ids for i in prepared.items
+    )
+    first = prepared.items[:100]  # shuffled: any --limit mixes both kinds
+    assert 30 < sum(i.answerable for i in first) < 70
+
+
+def test_an_unanswerable_item_is_right_only_when_declined(tmp_path: Path) -> None:
+    from rag.eval.summary import answer_metrics, is_correct
+
+    path = write(
+        tmp_path,
+        '{"id": "u", "question": "Who won in 1492?", "answerable": false}',
+        '{"id": "a", "question": "Who won in 1789?", "answers": ["Ada"]}',
+    )
+    unanswerable, answerable = read_items(path)
+    assert not unanswerable.answerable and unanswerable.to_dict()["answerable"] is False
+    assert is_correct(unanswerable, "I don't know.") is True
+    assert is_correct(unanswerable, "Who won is not mentioned in the passages.") is True
+    assert is_correct(unanswerable, "Ada won [1].") is False
+    assert is_correct(answerable, "Ada won [1].") is True
+    metrics = answer_metrics(
+        [(unanswerable, {"answer": "I don't know."}), (answerable, {"answer": "Bo won."})]
+    )
+    assert metrics is not None
+    assert metrics["num_unanswerable"] == 1 and metrics["declined_unanswerable"] == 1.0
+    assert metrics["accuracy"] == 0.5 and metrics["num_items"] == 2
+    bad = write(tmp_path, '{"question": "q", "answerable": false, "answers": ["x"]}')
+    with pytest.raises(DatasetFormatError, match="'answerable' false has no 'answers'"):
+        read_items(bad)
