@@ -281,7 +281,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ask", help="answer a question from an index")
     p.add_argument("question")
     _common(p)
-    p.add_argument("--model", help="GGUF file or model folder (default SmolLM2-135M-Instruct)")
+    p.add_argument(
+        "--model",
+        help="smollm2-135m (default), qwen2.5-coder-1.5b, qwen2.5-coder-0.5b, a GGUF file or a "
+        "model folder",
+    )
     p.add_argument("--top-k", type=int)
     p.add_argument("--min-score", type=float)
     p.add_argument(
@@ -300,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="serve the REST API")
     _common(p)
-    p.add_argument("--model", help="GGUF file or model folder")
+    p.add_argument("--model", help="a model profile (docs/models.md), GGUF file or model folder")
     p.add_argument("--host", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8000)")
     p.add_argument(
