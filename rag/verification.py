@@ -14,6 +14,7 @@ from typing import Any
 
 from engine import SamplingParams
 from engine.client import EngineClient, generate_all
+from engine.outputs import CompletionOutput
 from rag.prompt import SYSTEM_PROMPT, build_messages
 from rag.types import Passage
 
@@ -63,7 +64,10 @@ class YesNoReader:
     async def p_yes(self, prompt: str, request_id: str | None = None) -> float | None:
         """P(yes) / (P(yes) + P(no)) at the first reply token; None when neither is in sight."""
         output = await generate_all(self.engine, prompt, self.params, request_id)
-        completion = output.outputs[0]
+        return self.read(output.outputs[0])
+
+    def read(self, completion: CompletionOutput) -> float | None:
+        """P(yes) / (P(yes) + P(no)) of a one-token completion generated with ``params``."""
         top = (completion.top_logprobs or [{}])[0] or {}
         if completion.token_ids and completion.logprobs:  # the chosen token is always known
             top = {**top, completion.token_ids[0]: completion.logprobs[0]}

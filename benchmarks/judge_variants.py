@@ -1,0 +1,79 @@
+"""How the judge is asked: recorded answers judged again another way, side by side.
+
+The labelled runs record the judge's P(yes) as the pipeline asked it (``RAGGUARD_JUDGE_PASSAGES``
+= cited, by default). This replays the same answers through the judge model with the passages
+it reads changed (``--passages all``), in batches on our engine, and prints per set the AUROC
+of the recorded judgement and of the variant on the same answers.
+
+    python benchmarks/judge_variants.py --runs eval-runs/labelled-qwen1.5b --passages all \\
+        --sets rgb,hotpotqa,squad2 --per-set 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rag.eval.metrics import auroc, auroc_interval  # noqa: E402
+from rag.eval.training import load_run  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=Path, required=True)
+    parser.add_argument("--judge", default="qwen2.5-coder-1.5b")
+    parser.add_argument("--passages", choices=("cited", "all"), default="all")
+    parser.add_argument("--sets", default="rgb,hotpotqa,squad2")
+    parser.add_argument("--per-set", type=int, default=50)
+    parser.add_argument("--batch", type=int, default=8)
+    args = parser.parse_args(argv)
+
+    from engine import EngineConfig
+    from engine.llm_engine import LLMEngine
+    from rag.judge import judge_messages, judged_passages
+    from rag.types import Passage
+    from rag.verification import YesNoReader
+
+    engine = LLMEngine(EngineConfig(model=args.judge, quantization="int8", max_num_seqs=8))
+    reader = YesNoReader(engine)  # type: ignore[arg-type]  # only its tokenizer is read
+    print(f"judge {args.judge}, passages {args.passages}; recorded: as the pipeline asked\n")
+    print("| set | answers | right | recorded judge AUROC | variant AUROC (95 %) | s / judgement |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name in args.sets.split(","):
+        answers = [a for a in load_run(args.runs / name) if a.record.get("judgement") is not None][
+            : args.per_set
+        ]
+        prompts = []
+        for a in answers:
+            r = a.record
+            passages = [
+                Passage(p["doc_id"], p["chunk_id"], p["text"], p["score"]) for p in r["passages"]
+            ]
+            shown = judged_passages(a.answer, passages, args.passages)
+            prompts.append(
+                engine.apply_chat_template(judge_messages(r["question"], shown, a.answer))
+            )
+        started = time.perf_counter()
+        scores: list[float] = []
+        for i in range(0, len(prompts), args.batch):
+            outputs = engine.generate(prompts[i : i + args.batch], reader.params)
+            scores += [reader.read(o.outputs[0]) or 0.5 for o in outputs]
+        per = (time.perf_counter() - started) / max(1, len(prompts))
+        labels = [a.correct for a in answers]
+        recorded = [float(a.record["judgement"]) for a in answers]
+        bounds = auroc_interval(scores, labels)
+        shown_bounds = "—" if bounds is None else f"{bounds[0]:.2f}–{bounds[1]:.2f}"
+        print(
+            f"| {name} | {len(answers)} | {sum(labels)} | {auroc(recorded, labels):.3f} | "
+            f"{auroc(scores, labels):.3f} ({shown_bounds}) | {per:.2f} |",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
