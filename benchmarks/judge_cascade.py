@@ -16,8 +16,8 @@ alone, no judge), and reports per data set:
   there is what a user of these sources should expect;
 - what the policy does: accuracy of the answers let through against those flagged.
 
-The band is chosen on the pooled left-out scores: the narrowest band whose mean AUROC is within
-``--band-tolerance`` of judging every answer. ``--write-model PROFILE`` then fits both stages on
+The band is chosen on the left-out scores: the best mean AUROC over the sets among bands that
+judge at most ``--max-share`` of the answers. ``--write-model PROFILE`` then fits both stages on
 every set and writes ``rag/data/confidence-PROFILE.json`` and ``rag/data/judged-PROFILE.json``.
 
     python benchmarks/judge_cascade.py --runs eval-runs/labelled-qwen1.5b \
@@ -73,7 +73,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs", type=Path, required=True, help="folder of <set>/ eval outputs")
     parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--l2", type=float, default=DEFAULT_L2, help="first stage's ridge")
-    parser.add_argument("--band-tolerance", type=float, default=0.005)
+    parser.add_argument(
+        "--max-share", type=float, default=0.5, help="the band judges at most this share"
+    )
     parser.add_argument(
         "--stage1-shipped",
         action="store_true",
@@ -138,6 +140,10 @@ class Validation:
         """Each answer's first-stage score from a model that never saw its group."""
         if self.stage1 is not None:
             return [self.stage1.score(a.signals) for a in answers]
+        if len(groups) < 2:  # nothing to leave out (two sets in all): in-sample, and said so
+            print("  (one group left: its first-stage scores are in-sample)")
+            model = self.options.fit(list(answers))
+            return [model.score(a.signals) for a in answers]
         scores = [0.0] * len(answers)
         for g in groups:
             model = self.options.fit([a for a in answers if self.split(a) != g])
@@ -175,9 +181,9 @@ def labels_of(answers: list[LabelledAnswer]) -> dict[str, list[int]]:
     return by_set(answers, [a.correct for a in answers])  # type: ignore[return-value]
 
 
-def choose_band(val: Validation, tolerance: float) -> tuple[tuple[float, float], list[str]]:
-    """The narrowest band (fewest answers judged) whose mean per-set AUROC, left out, is
-    within ``tolerance`` of judging every answer; and the table of candidates."""
+def choose_band(val: Validation, max_share: float) -> tuple[tuple[float, float], list[str]]:
+    """The band with the best mean per-set AUROC, left out, among those that judge at most
+    ``max_share`` of the answers (the fewer judged on a tie); and the table of candidates."""
     labels = labels_of(val.answers)
 
     def mean_auroc(band: tuple[float, float]) -> float:
@@ -188,16 +194,17 @@ def choose_band(val: Validation, tolerance: float) -> tuple[tuple[float, float],
         return float(np.mean([band[0] <= c <= band[1] for c in val.first]))
 
     full = mean_auroc((0.0, 1.0))
-    rows = sorted(((share(b), mean_auroc(b), b) for b in BANDS), key=lambda r: (r[0], -r[1]))
-    best = next(b for s, m, b in rows if m >= full - tolerance)
-    lines = [f"judging every answer: mean AUROC {full:.3f}"]
-    seen: set[float] = set()
-    for s, m, b in rows:
-        if round(s, 2) in seen or s == 0:
-            continue
-        seen.add(round(s, 2))
-        if len(lines) < 14 or b == best:
-            lines.append(f"| {b[0]:.2f}–{b[1]:.2f} | {s:.2f} | {m:.3f} |")
+    rows = [(share(b), mean_auroc(b), b) for b in BANDS]
+    allowed = [r for r in rows if r[0] <= max_share]
+    best = max(allowed, key=lambda r: (round(r[1], 3), -r[0]))[2]
+    lines = [
+        f"judging every answer: mean AUROC {full:.3f}; none: {mean_auroc((1.0, 0.0)):.3f}",
+        "| band | share judged | mean AUROC |",
+        "| --- | --- | --- |",
+    ]
+    ranked = sorted(allowed, key=lambda r: (-round(r[1], 3), r[0]))[:12]
+    for s, m, b in ranked:
+        lines.append(f"| {b[0]:.2f}–{b[1]:.2f} | {s:.2f} | {m:.3f} |")
     return best, lines
 
 
@@ -267,7 +274,7 @@ def main(argv: list[str] | None = None) -> None:
     sets = list(dict.fromkeys(a.dataset for a in answers))
     left_out = Validation(answers, options, lambda a: a.dataset, shipped)
     new_q = Validation(answers, options, lambda a: question_fold(a, 5), shipped)
-    band, band_lines = choose_band(left_out, args.band_tolerance)
+    band, band_lines = choose_band(left_out, args.max_share)
     print(
         f"{len(answers)} labelled answers of {args.runs.name}; first stage "
         f"{'shipped' if shipped else 'refitted, left out'}"

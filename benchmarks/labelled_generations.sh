@@ -12,7 +12,7 @@ out=${2:?usage: labelled_generations.sh CONFIG.toml OUT_DIR [SET:N ...]}
 shift 2
 sets=("$@")
 if [ ${#sets[@]} -eq 0 ]; then
-    sets=(rgb:50 squad2:150 hotpotqa:50 rgb_noise:50 musique:80 pubmedqa:80 metaqa:80 halueval_ask:100)
+    sets=(rgb:50 squad2:150 hotpotqa:50 rgb_noise:50 musique:60 pubmedqa:60 metaqa:60 halueval_ask:80)
 fi
 bin=${RAGGUARD_BIN:-.venv/bin/ragguard}
 for s in "${sets[@]}"; do

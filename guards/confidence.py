@@ -82,6 +82,9 @@ class ConfidenceModel:
 
     def score(self, feats: Mapping[str, float]) -> float:
         z = self.bias + sum(w * feats.get(name, 0.0) for name, w in self.weights.items())
+        if z < 0:  # the stable form of the logistic on either side: no overflow at any z
+            e = math.exp(z)
+            return e / (1.0 + e)
         return 1.0 / (1.0 + math.exp(-z))
 
     @classmethod
