@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> None:
             f"{cell(b['decisions']['declined_rate'])} | "
             f"{cell(a['answers']['declined_unanswerable'])} / "
             f"{cell(b['answers']['declined_unanswerable'])} | "
-            f"{cell(a['answers']['wrong_answer_rate'])} / {cell(b['answers']['wrong_answer_rate'])} |"
+            f"{cell(a['answers']['wrong_answer_rate'])} / "
+            f"{cell(b['answers']['wrong_answer_rate'])} |"
         )
 
 
