@@ -260,7 +260,7 @@ def cost_report(
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     answers: list[LabelledAnswer] = []
-    for run_dir in sorted(p for p in args.runs.iterdir() if (p / "dataset.jsonl").is_file()):
+    for run_dir in sorted(p for p in args.runs.iterdir() if any(p.glob("*/items.jsonl"))):
         if run_dir.name not in NO_ANSWER_SETS:
             answers += load_run(run_dir)
     chain_for = chains(args.data_dir, None)

@@ -54,7 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs", type=Path, required=True, help="folder of <set>/ eval outputs")
     parser.add_argument("--model", default=None, help="the generator's profile (default SmolLM2)")
     parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
-    parser.add_argument("--cache", type=Path, help="ratios file: read if present, else written")
+    parser.add_argument("--cache", type=Path, help="ratios file: read, completed, written")
     parser.add_argument("--c", type=float, default=0.05, help="inverse L2 penalty")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-per-set", type=int, default=None, help="replay at most N a set")
@@ -143,13 +143,15 @@ def classifier_scores(
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     answers: list[LabelledAnswer] = []
-    for run_dir in sorted(p for p in args.runs.iterdir() if (p / "dataset.jsonl").is_file()):
+    for run_dir in sorted(p for p in args.runs.iterdir() if any(p.glob("*/items.jsonl"))):
         if run_dir.name not in SKIP_SETS:
             answers += load_run(run_dir)[: args.max_per_set]
+    ratios: dict[str, np.ndarray] = {}
     if args.cache is not None and args.cache.is_file():
         ratios = dict(np.load(args.cache))
-    else:
-        ratios = extract(answers, args.model, args.threads)
+    missing = [a for a in answers if key(a) not in ratios]
+    if missing:  # the cache grows with the runs: only new answers are replayed
+        ratios.update(extract(missing, args.model, args.threads))
         if args.cache is not None:
             args.cache.parent.mkdir(parents=True, exist_ok=True)
             np.savez_compressed(args.cache, **ratios)
