@@ -9,6 +9,7 @@ private event loop. The server awaits the same coroutines on its own loop.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 import uuid
@@ -51,6 +52,7 @@ from rag.types import (
 from rag.verification import SelfVerifier
 
 __all__ = ["AskOptions", "Pipeline"]
+logger = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -108,7 +110,12 @@ class Pipeline:
             if self.checker is not None and settings.self_verification
             else None
         )
-        self.judge, self._owned_judge_engine = self._build_judge(settings, judge_engine)
+        try:
+            self.judge, self._owned_judge_engine = self._build_judge(settings, judge_engine)
+        except BaseException:
+            if self._owns_engine:
+                self.engine.shutdown()
+            raise
         store = open_review_store(settings) if reviews is None else reviews
         self.reviews = ReviewDesk(store, owns_store=reviews is None)
         self._loop = BackgroundLoop()
@@ -164,6 +171,15 @@ class Pipeline:
         owned = None
         if model == "generator":
             engine = self.engine
+            if engine.tokenizer is None:  # a remote generator without a local tokenizer
+                message = (
+                    f"the generator ({type(engine).__name__}) exposes no tokenizer, so it cannot "
+                    "judge (set RAGGUARD_GENERATOR_TOKENIZER, or name a local RAGGUARD_JUDGE_MODEL)"
+                )
+                if settings.judge_model:
+                    raise InvalidInputError(message)
+                logger.warning("%s: the judge is off", message)
+                return None, None
         elif judge_engine is not None:
             engine = judge_engine
         else:

@@ -171,3 +171,22 @@ def test_the_real_judge_scores_a_supported_answer_above_a_contradicted_one() -> 
     finally:
         loop.close()
         engine.shutdown()
+
+
+def test_a_generator_without_a_tokenizer_cannot_judge(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    from rag.errors import InvalidInputError
+    from tests.fakes import ScriptedGenerator
+
+    qwen = settings.model_copy(update={"model": "qwen2.5-coder-1.5b"})
+    assert qwen.resolved_judge_model() == "generator"  # the profile's default judge
+    with caplog.at_level("WARNING"):
+        pipeline = Pipeline(qwen, HashingEmbedder(), ScriptedGenerator())
+    try:
+        assert pipeline.judge is None and "the judge is off" in caplog.text
+    finally:
+        pipeline.close()
+    asked = qwen.model_copy(update={"judge_model": "generator"})
+    with pytest.raises(InvalidInputError, match="exposes no tokenizer"):
+        Pipeline(asked, HashingEmbedder(), ScriptedGenerator())
