@@ -38,5 +38,5 @@ class JudgeGuard(Guard):
         if p is None:
             return self.abstain("the judge was not asked (confidence outside its band, or off)")
         outcome = Outcome.PASS if p >= self.min_p_yes else Outcome.FAIL
-        reason = f"the judge model says the answer is correct and supported with P(yes) {p:.2f}"
+        reason = f"the judge model's P(yes) that the answer is correct and supported: {p:.2f}"
         return GuardResult(self.name, outcome, p, reason, {}, {"judge": judge_logit(p)})

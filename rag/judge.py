@@ -28,23 +28,28 @@ JUDGE_SYSTEM_PROMPT = (
 JUDGE_QUESTION = "Is the proposed answer correct and supported by the passages? Reply yes or no."
 
 
-def judged_passages(
-    answer: str, passages: Sequence[Passage], which: JudgePassages
-) -> list[Passage]:
-    """The passages the judge reads: those the answer cites (explicitly, else by word overlap),
-    in the prompt's order; all of them when it cites none or ``which`` is "all"."""
+Numbered = list[tuple[int, Passage]]
+"""Passages with the numbers the answer's prompt gave them (the numbers its citations use)."""
+
+
+def judged_passages(answer: str, passages: Sequence[Passage], which: JudgePassages) -> Numbered:
+    """The passages the judge reads, with their numbers in the answer's prompt: those the answer
+    cites (explicitly, else by word overlap), in that order; all of them when it cites none or
+    ``which`` is "all". Keeping the numbers keeps the answer's "[3]" pointing at passage 3."""
+    numbered = list(enumerate(passages, start=1))
     if which == "cited":
         cited = {c.number for c in attribute(answer, list(passages))}
-        chosen = [p for n, p in enumerate(passages, start=1) if n in cited]
+        chosen = [(n, p) for n, p in numbered if n in cited]
         if chosen:
             return chosen
-    return list(passages)
+    return numbered
 
 
-def judge_messages(question: str, passages: Sequence[Passage], answer: str) -> list[dict[str, str]]:
+def judge_messages(question: str, passages: Numbered, answer: str) -> list[dict[str, str]]:
     """The judge's conversation: the passages first (a prefix shared by every judgement of the
-    question), then the question, the proposed answer and the yes/no question."""
-    shown = "\n\n".join(f"[{n}] {p.text.strip()}" for n, p in enumerate(passages, start=1))
+    question that reads the same passages), then the question, the proposed answer and the
+    yes/no question."""
+    shown = "\n\n".join(f"[{n}] {p.text.strip()}" for n, p in passages)
     return [
         {"role": "system", "content": JUDGE_SYSTEM_PROMPT},
         {

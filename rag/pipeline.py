@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from engine import Generator, ModelLoadError, ModelNotFoundError
 from engine.client import EngineClient, as_engine_client, build_engine_client
 from engine.client import EngineUnavailableError as EngineDown
-from engine.errors import RemoteBusyError
+from engine.errors import EngineError, RemoteBusyError
 from guards import Action, Policy
 from guards.review import CachedAnswer, ReviewStore
 from rag import citations, demo, logs
@@ -188,6 +188,7 @@ class Pipeline:
                 model=model,
                 quantization=settings.judge_quantization,
                 speculative=None,
+                max_model_len=None,
                 remote=None,
             )
             engine = owned = build_engine_client(config, "engine")
@@ -363,9 +364,13 @@ class Pipeline:
         ask.lap("guards_s", since)
         if self.judge is not None and self.judge.should_judge(checked.confidence):
             since = time.perf_counter()
-            judgement = await self.judge.score(
-                ask.question, passages, answer, f"{ask.request_id}-judge-{uuid.uuid4().hex[:8]}"
-            )
+            try:
+                judgement = await self.judge.score(
+                    ask.question, passages, answer, f"{ask.request_id}-judge-{uuid.uuid4().hex[:8]}"
+                )
+            except EngineError as exc:  # the answer stands, unjudged (its judge guard abstains)
+                logger.warning("the judge failed (%s): the answer is left unjudged", exc)
+                judgement = None
             ask.lap("judge_s", since)
             if judgement is not None:
                 checked = self.checker.judged(checked, judgement)

@@ -25,8 +25,9 @@ PASSAGES = [
 
 
 def test_the_judge_reads_the_passages_first_so_judgements_share_a_prefix() -> None:
-    one = judge_messages("What does a KV cache store?", PASSAGES, "Keys and values [1].")
-    two = judge_messages("What does a KV cache store?", PASSAGES, "Queries.")
+    numbered = list(enumerate(PASSAGES, start=1))
+    one = judge_messages("What does a KV cache store?", numbered, "Keys and values [1].")
+    two = judge_messages("What does a KV cache store?", numbered, "Queries.")
     text_one, text_two = one[-1]["content"], two[-1]["content"]
     assert text_one.startswith("Passages:\n[1] A KV cache")
     assert text_one.index("[2] Continuous") < text_one.index("Question:")
@@ -35,10 +36,16 @@ def test_the_judge_reads_the_passages_first_so_judgements_share_a_prefix() -> No
     assert text_one.rstrip().endswith("Reply yes or no.")
 
 
-def test_the_judge_reads_the_cited_passages_else_all() -> None:
-    assert judged_passages("Keys and values [1].", PASSAGES, "cited") == PASSAGES[:1]
-    assert judged_passages("Keys and values [1].", PASSAGES, "all") == PASSAGES
-    assert judged_passages("Something unrelated entirely.", PASSAGES, "cited") == PASSAGES
+def test_the_judge_reads_the_cited_passages_else_all_under_their_own_numbers() -> None:
+    numbered = list(enumerate(PASSAGES, start=1))
+    assert judged_passages("Keys and values [1].", PASSAGES, "cited") == numbered[:1]
+    assert judged_passages("Keys and values [1].", PASSAGES, "all") == numbered
+    assert judged_passages("Something unrelated entirely.", PASSAGES, "cited") == numbered
+    # An answer citing [2] alone is judged against passage [2], still numbered 2.
+    cited = judged_passages("New requests are admitted every step [2].", PASSAGES, "cited")
+    assert cited == [(2, PASSAGES[1])]
+    text = judge_messages("When?", cited, "Every step [2].")[-1]["content"]
+    assert text.startswith("Passages:\n[2] Continuous batching") and "[1]" not in text
 
 
 def test_the_band_is_validated_and_inclusive() -> None:
