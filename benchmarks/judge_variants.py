@@ -7,6 +7,10 @@ of the recorded judgement and of the variant on the same answers.
 
     python benchmarks/judge_variants.py --runs eval-runs/labelled-qwen1.5b --passages all \\
         --sets rgb,hotpotqa,squad2 --per-set 50
+
+``--rewrite`` stores the variant's P(yes) in the records as their ``judgement`` (the records'
+other fields untouched, the old value kept as ``judgement_before``): how records made before a
+change of the judge's prompt are brought up to date without generating the answers again.
 """
 
 from __future__ import annotations
@@ -27,10 +31,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=Path, required=True)
     parser.add_argument("--judge", default="qwen2.5-coder-1.5b")
-    parser.add_argument("--passages", choices=("cited", "all"), default="all")
+    parser.add_argument("--passages", choices=("cited", "all"), default="cited")
     parser.add_argument("--sets", default="rgb,hotpotqa,squad2")
-    parser.add_argument("--per-set", type=int, default=50)
+    parser.add_argument("--per-set", type=int, default=None, help="default: every answer")
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--rewrite", action="store_true", help="store the variant's judgement")
     args = parser.parse_args(argv)
 
     from engine import EngineConfig
@@ -64,6 +69,8 @@ def main(argv: list[str] | None = None) -> None:
             outputs = engine.generate(prompts[i : i + args.batch], reader.params)
             scores += [reader.read(o.outputs[0]) or 0.5 for o in outputs]
         per = (time.perf_counter() - started) / max(1, len(prompts))
+        if args.rewrite:
+            rewrite(args.runs / name, {a.item.id: p for a, p in zip(answers, scores, strict=True)})
         labels = [a.correct for a in answers]
         recorded = [float(a.record["judgement"]) for a in answers]
         bounds = auroc_interval(scores, labels)
@@ -73,6 +80,23 @@ def main(argv: list[str] | None = None) -> None:
             f"{auroc(scores, labels):.3f} ({shown_bounds}) | {per:.2f} |",
             flush=True,
         )
+
+
+def rewrite(run_dir: Path, judgements: dict[str, float]) -> None:
+    """Replace the ``judgement`` of these records (by item id) in ``run_dir``, atomically."""
+    import json
+
+    path = next(run_dir.glob("*/items.jsonl"))
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        if record["id"] in judgements:
+            record["judgement_before"] = record.get("judgement")
+            record["judgement"] = judgements[record["id"]]
+        lines.append(json.dumps(record, ensure_ascii=False))
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tmp.replace(path)
 
 
 if __name__ == "__main__":
