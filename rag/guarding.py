@@ -151,7 +151,13 @@ class AnswerChecker:
         if settings.judge_confidence_model is not None:
             return ConfidenceModel.load(settings.judge_confidence_model)
         shipped = shipped_confidence_path(settings.model, judged=True)
-        return ConfidenceModel.load(shipped) if shipped.is_file() else None
+        if not shipped.is_file():
+            return None
+        try:
+            return ConfidenceModel.load(shipped)
+        except (OSError, ValueError, TypeError) as exc:
+            logger.warning("shipped second stage %s did not load (%s): not used", shipped, exc)
+            return None
 
     @property
     def has_judge_guard(self) -> bool:
@@ -218,7 +224,11 @@ class AnswerChecker:
         assert checked.context is not None
         ctx = replace(checked.context, judgement=judgement)
         guard = next(g for g in self.chain.guards if g.name == JudgeGuard.name)
-        verdict = guard.check(ctx)
+        try:
+            verdict = guard.check(ctx)
+        except Exception as exc:  # as in GuardChain: a broken guard must not pass an answer
+            logger.exception("guard %s failed", guard.name)
+            verdict = guard.abstain(f"guard error: {type(exc).__name__}: {exc}")
         results = [verdict if r.name == JudgeGuard.name else r for r in checked.results]
         feats = {**checked.signals, **verdict.signals}
         confidence = checked.confidence

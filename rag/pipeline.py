@@ -97,6 +97,7 @@ class Pipeline:
         self.settings = settings
         self.embedder = embedder
         self.engine, self._owns_engine = as_engine_client(engine)
+        owns_retriever = retriever is None
         if retriever is None:
             retriever = RetrieveStage(CollectionRegistry.from_settings(settings, embedder))
         self.retriever = retriever
@@ -106,17 +107,22 @@ class Pipeline:
             checker = AnswerChecker(settings, embedder)
         self.checker = checker if settings.guards_enabled else None
         self.verifier = (
-            SelfVerifier(self.engine, settings.system_prompt)
+            SelfVerifier(self.engine, settings.effective_system_prompt())
             if self.checker is not None and settings.self_verification
             else None
         )
+        self._owned_judge_engine: EngineClient | None = None
         try:
             self.judge, self._owned_judge_engine = self._build_judge(settings, judge_engine)
-        except BaseException:
+            store = open_review_store(settings) if reviews is None else reviews
+        except BaseException:  # nothing this pipeline started may outlive a failed start
+            if self._owned_judge_engine is not None:
+                self._owned_judge_engine.shutdown()
             if self._owns_engine:
                 self.engine.shutdown()
+            if owns_retriever:
+                self.collections.close()
             raise
-        store = open_review_store(settings) if reviews is None else reviews
         self.reviews = ReviewDesk(store, owns_store=reviews is None)
         self._loop = BackgroundLoop()
 
@@ -150,7 +156,11 @@ class Pipeline:
             raise type(exc)(
                 f"{exc} [settings: RAGGUARD_MODEL, RAGGUARD_ALLOW_HUB, RAGGUARD_GENERATOR]"
             ) from exc
-        pipeline = cls(settings, embedder, engine, reviews=reviews)
+        try:
+            pipeline = cls(settings, embedder, engine, reviews=reviews)
+        except BaseException:
+            engine.shutdown()
+            raise
         pipeline._owns_engine = True
         if demo.builds_demo(settings):
             try:
@@ -191,9 +201,17 @@ class Pipeline:
                 max_model_len=None,
                 remote=None,
             )
-            engine = owned = build_engine_client(config, "engine")
-        band = JudgeBand(settings.judge_min_confidence, settings.judge_max_confidence)
-        return Judge(engine, band=band, passages=settings.judge_passages), owned
+            try:
+                engine = owned = build_engine_client(config, "engine")
+            except (ModelNotFoundError, ModelLoadError) as exc:
+                raise type(exc)(f"{exc} [settings: RAGGUARD_JUDGE_MODEL]") from exc
+        try:
+            band = JudgeBand(settings.judge_min_confidence, settings.judge_max_confidence)
+            return Judge(engine, band=band, passages=settings.judge_passages), owned
+        except ValueError as exc:
+            if owned is not None:
+                owned.shutdown()
+            raise InvalidInputError(f"the judge cannot start: {exc}") from exc
 
     def close(self) -> None:
         self._loop.close()

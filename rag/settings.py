@@ -372,6 +372,11 @@ class Settings(BaseSettings):
             return None
         return value
 
+    def effective_system_prompt(self) -> str:
+        """The rule the generator answers by: ``system_prompt``, else the model's default
+        (resolved when asked, so a copy with another ``model`` gets that model's)."""
+        return self.system_prompt if self.system_prompt.strip() else system_prompt_for(self.model)
+
     def resolved_judge_model(self) -> str | None:
         """The judge's model: None (off), "generator" (the generator's own engine) or a model
         for a second engine."""
@@ -436,12 +441,6 @@ class Settings(BaseSettings):
             raise ValueError("generator=openai needs generator_url (RAGGUARD_GENERATOR_URL)")
         if self.generator_url and not self.generator_url.startswith(("http://", "https://")):
             raise ValueError(f"generator_url must be http(s)://..., got {self.generator_url!r}")
-        return self
-
-    @model_validator(mode="after")
-    def _model_system_prompt(self) -> Settings:
-        if not self.system_prompt.strip():
-            self.system_prompt = system_prompt_for(self.model)
         return self
 
     @model_validator(mode="after")

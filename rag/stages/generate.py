@@ -153,7 +153,7 @@ class GenerateStage:
         while True:
             shown = self.layout.arrange(passages)
             prompt = engine.apply_chat_template(
-                build_messages(question, shown, self.settings.system_prompt)
+                build_messages(question, shown, self.settings.effective_system_prompt())
             )
             if engine.count_tokens(prompt) <= room:
                 self.layout.remember(shown)

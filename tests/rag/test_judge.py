@@ -57,6 +57,21 @@ def test_the_band_is_validated_and_inclusive() -> None:
         Settings(judge_min_confidence=0.9, judge_max_confidence=0.1, _env_file=None)
 
 
+def test_each_profile_answers_by_its_own_rule_unless_one_is_set() -> None:
+    from rag.prompt import SYSTEM_PROMPT, WORDED_ANSWER_PROMPT
+
+    default = Settings(_env_file=None)
+    assert default.effective_system_prompt() == SYSTEM_PROMPT
+    qwen = default.model_copy(update={"model": "qwen2.5-coder-1.5b"})  # no validator runs
+    assert qwen.effective_system_prompt() == WORDED_ANSWER_PROMPT
+    assert Settings(model="qwen2.5-coder-1.5b", _env_file=None).effective_system_prompt() == (
+        WORDED_ANSWER_PROMPT
+    )
+    assert qwen.model_copy(update={"system_prompt": "Be brief."}).effective_system_prompt() == (
+        "Be brief."
+    )
+
+
 def test_the_judge_model_defaults_to_the_1_5b_generator_itself() -> None:
     assert Settings(_env_file=None).resolved_judge_model() is None  # SmolLM2: off
     qwen = Settings(model="qwen2.5-coder-1.5b", _env_file=None)
