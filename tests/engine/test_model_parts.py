@@ -173,3 +173,12 @@ def test_the_real_qwen_1_5b_joins_verified_and_answers() -> None:
     )
     output = engine.generate([prompt], SamplingParams(max_tokens=8, temperature=0.0))[0]
     assert "paris" in output.outputs[0].text.lower()
+
+
+def test_concurrent_joins_wait_for_each_other(split: tuple[ModelProfile, bytes, Path]) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    profile, whole, cache = split
+    with ThreadPoolExecutor(4) as pool:
+        paths = list(pool.map(lambda _: ensure_joined(profile, cache), range(4)))
+    assert len(set(paths)) == 1 and paths[0].read_bytes() == whole
