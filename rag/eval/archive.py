@@ -12,6 +12,7 @@ with the chunker the index used. The benchmarks then read the rebuilt folder as 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -25,10 +26,16 @@ DATA_FIELDS = ("question",)
 """Record fields that are the data set's own text (rebuilt from it)."""
 
 
+def text_digest(text: str) -> str:
+    """A short hash of a passage's text: unpacking checks the rebuilt text against it."""
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
 def _strip(record: dict[str, Any]) -> dict[str, Any]:
     kept = {k: v for k, v in record.items() if k not in DATA_FIELDS}
     kept["passages"] = [
-        {k: v for k, v in p.items() if k != "text"} for p in record.get("passages", [])
+        {**{k: v for k, v in p.items() if k != "text"}, "text_sha": text_digest(p["text"])}
+        for p in record.get("passages", [])
     ]
     # Reasons quote the answer and the passages; the guards are re-run on unpacking anyway.
     kept["guards"] = [{k: v for k, v in g.items() if k != "reason"} for g in kept.get("guards", [])]
@@ -36,8 +43,9 @@ def _strip(record: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def pack(run_dir: Path, out_file: Path) -> int:
-    """Write ``run_dir``'s records (one configuration) to ``out_file``; the number written."""
+def pack(run_dir: Path, out_file: Path, *, chunk_size: int = 256, chunk_overlap: int = 32) -> int:
+    """Write ``run_dir``'s records (one configuration) to ``out_file``; the number written.
+    ``chunk_size`` / ``chunk_overlap``: how the run's index chunked its documents."""
     configs = [p for p in run_dir.iterdir() if (p / "items.jsonl").is_file()]
     if len(configs) != 1:
         raise InvalidInputError(f"{run_dir}: expected one configuration folder")
@@ -53,6 +61,8 @@ def pack(run_dir: Path, out_file: Path) -> int:
         "config": configs[0].name,
         "limit": _limit(run_dir),
         "run": {k: v for k, v in run.items() if k in ("fingerprint", "sessions")},
+        "chunk_size": chunk_size,
+        "chunk_overlap": chunk_overlap,
     }
     out_file.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_file.with_name(out_file.name + ".tmp")
@@ -77,11 +87,10 @@ def read_archive(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         return header, [json.loads(line) for line in lines if line.strip()]
 
 
-def unpack(
-    path: Path, data_dir: Path, out_dir: Path, *, chunk_size: int = 256, chunk_overlap: int = 32
-) -> Path:
+def unpack(path: Path, data_dir: Path, out_dir: Path) -> Path:
     """Rebuild the run folder ``out_dir/<set>/`` of an archive from the data sets in
-    ``data_dir`` (chunked as the default index chunks: ``chunk_size`` / ``chunk_overlap``)."""
+    ``data_dir``, chunked as the run's index chunked them; a passage whose rebuilt text differs
+    from the recorded one (another copy of the data, another chunker) is an error."""
     from rag.eval.prepare import prepare
     from rag.retrieval.documents import Chunker
     from rag.retrieval.embed import Embedder
@@ -91,7 +100,7 @@ def unpack(
     items = prepared.items[: header["limit"]]
     by_id = {item.id: item for item in items}
     wanted = {p["doc_id"] for r in records for p in r.get("passages", [])}
-    chunker = Chunker(Embedder().tokenize, chunk_size, chunk_overlap)
+    chunker = Chunker(Embedder().tokenize, header["chunk_size"], header["chunk_overlap"])
     texts = {
         chunk.chunk_id: chunk.text
         for doc in prepared.documents
@@ -106,15 +115,20 @@ def unpack(
             item = by_id.get(r["id"])
             if item is None:
                 raise InvalidInputError(f"{path}: item {r['id']} is not in {header['dataset']}")
-            missing = [p["chunk_id"] for p in r.get("passages", []) if p["chunk_id"] not in texts]
-            if missing:
+            bad = [
+                p["chunk_id"]
+                for p in r.get("passages", [])
+                if text_digest(texts.get(p["chunk_id"], "")) != p["text_sha"]
+            ]
+            if bad:
                 raise InvalidInputError(
-                    f"{path}: chunks {missing} are not in the data set as chunked here"
+                    f"{path}: chunks {bad} are not in the data set as chunked here (another copy "
+                    "of the data, or another chunker)"
                 )
-            full = {
-                **r,
-                "question": item.question,
-                "passages": [{**p, "text": texts[p["chunk_id"]]} for p in r.get("passages", [])],
-            }
+            passages = [
+                {**{k: v for k, v in p.items() if k != "text_sha"}, "text": texts[p["chunk_id"]]}
+                for p in r.get("passages", [])
+            ]
+            full = {**r, "question": item.question, "passages": passages}
             out.write(json.dumps(full, ensure_ascii=False) + "\n")
     return run_dir
