@@ -211,6 +211,8 @@ def build_application(settings: Settings) -> Any:
             values[key] = str(value.expanduser().resolve())
     if settings.generator_api_key is not None:
         values["generator_api_key"] = settings.generator_api_key.get_secret_value()
+    if settings.judge_quantization is None:  # dropped above, and its default is int8
+        values["judge_quantization"] = "none"
     gpus = 1.0 if settings.engine_config().resolved_device().startswith("cuda") else 0.0
     engine = serve.deployment(
         EngineReplica,
