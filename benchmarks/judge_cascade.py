@@ -325,6 +325,18 @@ def main(argv: list[str] | None = None) -> None:
             "accuracy_flagged": flagged,
         }
     report["cost"] = cost_report(answers, left_out.first, band)
+    pooled = [(c, a.correct) for c, a in zip(left_out.scores(band), answers, strict=True)]
+    print("\nRisk-coverage of the left-out cascade confidence, all sets pooled:\n")
+    print("| threshold | share at or above | accuracy at or above | accuracy below |")
+    print("| --- | --- | --- | --- |")
+    for t in (0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7):
+        above = [y for c, y in pooled if c >= t]
+        below = [y for c, y in pooled if c < t]
+        print(
+            f"| {t:.2f} | {len(above) / len(pooled):.2f} | "
+            f"{fmt(float(np.mean(above)) if above else None)} | "
+            f"{fmt(float(np.mean(below)) if below else None)} |"
+        )
     stage1 = shipped or options.fit(answers)
     stage2 = fit_stage2(answers, left_out.first)
     print(f"\nSecond stage on every set: {json.dumps(stage2.weights)} bias {stage2.bias:+.3f}")
