@@ -36,11 +36,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--per-set", type=int, default=None, help="default: every answer")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--rewrite", action="store_true", help="store the variant's judgement")
+    parser.add_argument(
+        "--question",
+        help="ask this instead of the judge's yes/no question (e.g. one that names contradiction)",
+    )
     args = parser.parse_args(argv)
 
     from engine import EngineConfig
     from engine.llm_engine import LLMEngine
-    from rag.judge import judge_messages, judged_passages
+    from rag.judge import JUDGE_QUESTION, judge_messages, judged_passages
     from rag.types import Passage
     from rag.verification import YesNoReader
 
@@ -60,9 +64,12 @@ def main(argv: list[str] | None = None) -> None:
                 Passage(p["doc_id"], p["chunk_id"], p["text"], p["score"]) for p in r["passages"]
             ]
             shown = judged_passages(a.answer, passages, args.passages)
-            prompts.append(
-                engine.apply_chat_template(judge_messages(r["question"], shown, a.answer))
-            )
+            messages = judge_messages(r["question"], shown, a.answer)
+            if args.question:
+                messages[-1]["content"] = messages[-1]["content"].replace(
+                    JUDGE_QUESTION, args.question
+                )
+            prompts.append(engine.apply_chat_template(messages))
         started = time.perf_counter()
         scores: list[float] = []
         for i in range(0, len(prompts), args.batch):
