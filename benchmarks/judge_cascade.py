@@ -83,6 +83,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "instead of refitting it: the judge's gain over what ships",
     )
     parser.add_argument("--write-model", metavar="PROFILE", help="write both stages' files")
+    parser.add_argument(
+        "--abstain-below",
+        type=float,
+        help="the policy thresholds to ship with the profile's confidence (chosen from the "
+        "risk-coverage table; default: the settings' defaults)",
+    )
+    parser.add_argument("--review-below", type=float)
     parser.add_argument("--json", type=Path, help="also write the figures here")
     return parser.parse_args(argv)
 
@@ -348,8 +355,10 @@ def main(argv: list[str] | None = None) -> None:
     no_answer_report(args.runs, scorer)
     if args.write_model:
         trained_on = ",".join(f"{s}:{len(labels[s])}" for s in sets)
-        notes = {"trained_on": trained_on, "band": f"{band[0]}-{band[1]}"}
+        notes: dict[str, float | str] = {"trained_on": trained_on, "band": f"{band[0]}-{band[1]}"}
         retrain = f"python benchmarks/judge_cascade.py --runs DIR --write-model {args.write_model}"
+        if args.abstain_below is not None and args.review_below is not None:
+            notes.update({"abstain_below": args.abstain_below, "review_below": args.review_below})
         if shipped is None:
             stage1.notes.update({**notes, "retrain": retrain})
             stage1.save(shipped_confidence_path(args.write_model))

@@ -119,8 +119,19 @@ class AnswerChecker:
         self.confidence = self._load_confidence(settings)
         self.judged_confidence = self._load_judged_confidence(settings)
         self.policy = Policy(
-            abstain_below=settings.abstain_below, review_below=settings.review_below
+            abstain_below=self._threshold(settings, "abstain_below"),
+            review_below=self._threshold(settings, "review_below"),
         )
+
+    def _threshold(self, settings: Settings, name: str) -> float:
+        """A policy threshold: the setting when it was given, else the one the shipped
+        confidence of the generator's profile was fitted with (its ``notes``), else the
+        setting's default. Thresholds belong to a confidence: a profile's differ."""
+        given: float = getattr(settings, name)
+        if name in settings.model_fields_set or settings.confidence_model is not None:
+            return given
+        fitted = self.confidence.notes.get(name)
+        return float(fitted) if isinstance(fitted, int | float) else given
 
     @staticmethod
     def _load_confidence(settings: Settings) -> ConfidenceModel:

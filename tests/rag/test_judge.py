@@ -212,3 +212,26 @@ def test_a_generator_without_a_tokenizer_cannot_judge(
     asked = qwen.model_copy(update={"judge_model": "generator"})
     with pytest.raises(InvalidInputError, match="exposes no tokenizer"):
         Pipeline(asked, HashingEmbedder(), ScriptedGenerator())
+
+
+def test_a_profile_s_fitted_thresholds_apply_unless_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rag.guarding
+
+    fitted = ConfidenceModel({"token_prob": 1.0}, bias=0.0, calibrated=True)
+    fitted.notes.update({"abstain_below": 0.3, "review_below": 0.5})
+    path = tmp_path / "confidence-qwen2.5-coder-1.5b.json"
+    fitted.save(path)
+    real = rag.guarding.shipped_confidence_path
+    monkeypatch.setattr(
+        rag.guarding,
+        "shipped_confidence_path",
+        lambda model, judged=False: path if not judged else real(model, judged=True),
+    )
+    base = {"index_dir": tmp_path, "data_dir": tmp_path, "_env_file": None}
+    checker = AnswerChecker(Settings(model="qwen2.5-coder-1.5b", **base), HashingEmbedder())
+    assert (checker.policy.abstain_below, checker.policy.review_below) == (0.3, 0.5)
+    mine = Settings(model="qwen2.5-coder-1.5b", review_below=0.6, **base)
+    checker = AnswerChecker(mine, HashingEmbedder())
+    assert (checker.policy.abstain_below, checker.policy.review_below) == (0.3, 0.6)
