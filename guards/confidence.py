@@ -157,10 +157,8 @@ class ConfidenceModel:
         slopes = w[: len(names)] / scale
         # The bias for raw signals, over all rows together: fitted with the slopes held.
         offset = x @ slopes
-        bias = float(
-            _newton(np.ones((len(y), 1)), y, 0.0, penalised=0, steps=steps, offset=offset)[0]
-        )
-        probs = 1 / (1 + np.exp(-(offset + bias)))
+        bias = _offset_bias(offset, y)
+        probs = _sigmoid(offset + bias)
         notes: dict[str, float | str] = {
             "num_examples": float(len(y)),
             "ece": expected_calibration_error(probs, y),
@@ -182,6 +180,28 @@ class ConfidenceModel:
                 f"{path}: confidence model version {data.get('version')}, expected {FORMAT_VERSION}"
             )
         return cls(**data)
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    """The logistic without overflow warnings at large |z|."""
+    out: np.ndarray = np.exp(-np.logaddexp(0.0, -z))
+    return out
+
+
+def _offset_bias(offset: np.ndarray, y: np.ndarray, *, bound: float = 60.0) -> float:
+    """The intercept b that makes sum(sigmoid(offset + b)) equal the number of positives: the
+    maximum-likelihood bias with the slopes held. The sum rises with b, so bisection finds it
+    whatever the offsets (Newton's step diverges when some offsets are huge and the logistic
+    is flat there)."""
+    low, high = -bound, bound
+    target = float(y.sum())
+    for _ in range(100):
+        mid = (low + high) / 2
+        if float(_sigmoid(offset + mid).sum()) < target:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
 
 
 def _newton(

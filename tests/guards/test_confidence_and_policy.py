@@ -167,3 +167,23 @@ def test_policy_thresholds_and_hard_failures() -> None:
     assert soft.action is Action.ANSWER and soft.reasons[1].startswith("self_consistency")
     with pytest.raises(ValueError, match="abstain_below"):
         Policy(abstain_below=0.6, review_below=0.5)
+
+
+def test_the_bias_is_found_even_when_some_offsets_are_huge() -> None:
+    """A signal present on a few rows only has a tiny spread; standardised, its raw slope is
+    large and so are those rows' offsets. The bias (slopes held) must still be the maximum-
+    likelihood one: the mean confidence equals the share of right answers."""
+
+    rng = np.random.default_rng(0)
+    rows, labels = [], []
+    for i in range(200):
+        right = int(rng.random() < 0.3)
+        row = {"token_prob": float(rng.normal(0.2 * right, 0.1))}
+        if i % 50 == 0:
+            row["verdict_evidence"] = 0.5 if right else -0.5
+        rows.append(row)
+        labels.append(right)
+    model = ConfidenceModel.fit(rows, labels, standardize=True, l2=10.0)
+    scores = [model.score(r) for r in rows]
+    assert abs(model.bias) < 60
+    assert abs(float(np.mean(scores)) - float(np.mean(labels))) < 0.02
