@@ -12,7 +12,7 @@ out=${2:?usage: labelled_generations.sh CONFIG.toml OUT_DIR [SET:N ...]}
 shift 2
 sets=("$@")
 if [ ${#sets[@]} -eq 0 ]; then
-    sets=(rgb:50 squad2:150 hotpotqa:50 rgb_noise:50 musique:50 pubmedqa:50 metaqa:50 halueval_ask:60)
+    sets=(rgb:50 squad2:100 hotpotqa:50 rgb_noise:50 musique:50 pubmedqa:50 metaqa:40 halueval_ask:40)
 fi
 bin=${RAGGUARD_BIN:-.venv/bin/ragguard}
 for s in "${sets[@]}"; do
