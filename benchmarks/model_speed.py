@@ -53,6 +53,22 @@ def rag_prompt_messages(data_dir: Path) -> list[dict[str, str]]:
     return build_messages(question["question"], passages)
 
 
+def judge_conversation(data_dir: Path) -> list[dict[str, str]]:
+    """A judgement as the judge is asked it: the two supporting paragraphs, the question, an
+    answer."""
+    from rag.eval import datasets as ds
+    from rag.judge import judge_messages
+    from rag.types import Passage
+
+    question = ds.read_json(data_dir / ds.MULTIHOP / "musique_train.json")[0]
+    cited = [p for p in question["paragraphs"] if p["is_supporting"]][:2]
+    passages = [
+        (n, Passage(p["title"], p["title"], p["paragraph_text"], 0.5))
+        for n, p in enumerate(cited, 1)
+    ]
+    return judge_messages(question["question"], passages, f"{question['answer']} [1].")
+
+
 def worker(profile: str, variant: str, data_dir: Path, repeats: int) -> dict[str, object]:
     from engine import EngineConfig, SamplingParams
     from engine.llm_engine import LLMEngine
@@ -78,6 +94,11 @@ def worker(profile: str, variant: str, data_dir: Path, repeats: int) -> dict[str
         out = engine.generate([short], params)[0]
         marks = out.timing.token_times
         decode.append((len(marks) - 1) / (marks[-1] - marks[0]))
+    judge_s = []
+    judge_prompt = engine.apply_chat_template(judge_conversation(data_dir))
+    for _ in range(repeats):  # the judge: one prefill and one token (prefix cache off)
+        out = engine.generate([judge_prompt], SamplingParams(max_tokens=1, logprobs=20))[0]
+        judge_s.append(out.timing.e2e_latency_s)
     began = time.perf_counter()
     outs = engine.generate(
         [short] * 8, SamplingParams(max_tokens=128, temperature=0.0, ignore_eos=True)
@@ -89,6 +110,8 @@ def worker(profile: str, variant: str, data_dir: Path, repeats: int) -> dict[str
         "load_s": load_s,
         "rag_prompt_tokens": engine.count_tokens(rag),
         "ttft_s": statistics.median(ttft),
+        "judge_s": statistics.median(judge_s),
+        "judge_prompt_tokens": engine.count_tokens(judge_prompt),
         "decode_tok_s": statistics.median(decode),
         "batch8_tok_s": batch_tps,
         "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1 << 20),
@@ -109,15 +132,16 @@ def main(argv: list[str] | None = None) -> None:
             rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
             print(json.dumps(rows[-1]), flush=True)
     print(
-        "\n| model | weights | load (cached) | peak RSS | TTFT, RAG prompt | decode, batch 1 "
-        "| batch 8 |"
+        "\n| model | weights | load (cached) | peak RSS | TTFT, RAG prompt | one judgement "
+        "| decode, batch 1 | batch 8 |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         print(
             f"| {r['profile']} | {r['variant']} | {r['load_s']:.1f} s | "
             f"{r['peak_rss_gib']:.2f} GiB | "
             f"{r['ttft_s']:.2f} s ({r['rag_prompt_tokens']} tokens) | "
+            f"{r['judge_s']:.2f} s ({r['judge_prompt_tokens']} tokens) | "
             f"{r['decode_tok_s']:.1f} tok/s | {r['batch8_tok_s']:.1f} tok/s |"
         )
     print(
