@@ -43,9 +43,19 @@ def _strip(record: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def pack(run_dir: Path, out_file: Path, *, chunk_size: int = 256, chunk_overlap: int = 32) -> int:
-    """Write ``run_dir``'s records (one configuration) to ``out_file``; the number written.
-    ``chunk_size`` / ``chunk_overlap``: how the run's index chunked its documents."""
+def index_chunking(run_dir: Path) -> tuple[int, int]:
+    """How the run's index chunked its documents (the effective size, capped to the embedder's
+    window), from the run's ``results.json``."""
+    results = run_dir / "results.json"
+    if not results.is_file():
+        raise InvalidInputError(f"{run_dir}: no results.json to read the index's chunking from")
+    index = json.loads(results.read_text())["configs"][0]["index"]
+    return int(index["chunk_size"]), int(index["chunk_overlap"])
+
+
+def pack(run_dir: Path, out_file: Path) -> int:
+    """Write ``run_dir``'s records (one configuration) to ``out_file``; the number written."""
+    chunk_size, chunk_overlap = index_chunking(run_dir)
     configs = [p for p in run_dir.iterdir() if (p / "items.jsonl").is_file()]
     if len(configs) != 1:
         raise InvalidInputError(f"{run_dir}: expected one configuration folder")

@@ -27,9 +27,11 @@ def test_a_run_packs_without_data_text_and_unpacks_identical(tmp_path: Path) -> 
     prepared = prepare("squad2", DATA)
     items = prepared.items[:3]
     docs = {d.doc_id: d for d in prepared.documents}
-    chunker = Chunker(Embedder().tokenize, 256, 32)
+    chunker = Chunker(Embedder().tokenize, 254, 32)
     run = tmp_path / "runs" / "squad2"
     (run / "cfg").mkdir(parents=True)
+    index = {"chunk_size": 254, "chunk_overlap": 32}
+    (run / "results.json").write_text(json.dumps({"configs": [{"index": index}]}))
     write_items(items, run / "dataset.jsonl")
     records: list[dict[str, Any]] = []
     for position, item in enumerate(items):
