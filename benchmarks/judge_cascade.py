@@ -215,12 +215,13 @@ def choose_band(val: Validation, max_share: float) -> tuple[tuple[float, float],
     return best, lines
 
 
-def policy_gap(scores: list[float], labels: list[int]) -> tuple[float | None, float | None]:
-    """Accuracy of the answers the default thresholds let through, and of those they flag
+def policy_gap(
+    scores: list[float], labels: list[int], review_below: float
+) -> tuple[float | None, float | None]:
+    """Accuracy of the answers the review threshold lets through, and of those it flags
     (guards' hard failures aside: the confidence's own effect)."""
-    policy = default_policy()
-    through = [c for p, c in zip(scores, labels, strict=True) if p >= policy.review_below]
-    flagged = [c for p, c in zip(scores, labels, strict=True) if p < policy.review_below]
+    through = [c for p, c in zip(scores, labels, strict=True) if p >= review_below]
+    flagged = [c for p, c in zip(scores, labels, strict=True) if p < review_below]
     return (
         float(np.mean(through)) if through else None,
         float(np.mean(flagged)) if flagged else None,
@@ -291,6 +292,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"chosen band: {band[0]:.2f}–{band[1]:.2f}")
 
     labels = labels_of(answers)
+    review_below = args.review_below or default_policy().review_below
+    print(f"(let through: cascade confidence >= {review_below})")
     first = by_set(answers, left_out.first)
     final = by_set(answers, left_out.scores(band))
     every = by_set(answers, left_out.scores((0.0, 1.0)))
@@ -307,7 +310,7 @@ def main(argv: list[str] | None = None) -> None:
         y = labels[s]
         f1, fc = figures(s, first[s], y), figures(s, final[s], y)
         fnew = figures(s, fresh[s], y, uncertainty=False)
-        through, flagged = policy_gap(final[s], y)
+        through, flagged = policy_gap(final[s], y, review_below)
         right = sum(y)
         small = "" if min(right, len(y) - right) >= 30 else " (too few for an interval)"
         print(
@@ -355,7 +358,11 @@ def main(argv: list[str] | None = None) -> None:
     no_answer_report(args.runs, scorer)
     if args.write_model:
         trained_on = ",".join(f"{s}:{len(labels[s])}" for s in sets)
-        notes: dict[str, float | str] = {"trained_on": trained_on, "band": f"{band[0]}-{band[1]}"}
+        notes: dict[str, float | str] = {
+            "trained_on": trained_on,
+            "judge_min_confidence": band[0],
+            "judge_max_confidence": band[1],
+        }
         retrain = f"python benchmarks/judge_cascade.py --runs DIR --write-model {args.write_model}"
         if args.abstain_below is not None and args.review_below is not None:
             notes.update({"abstain_below": args.abstain_below, "review_below": args.review_below})

@@ -123,6 +123,14 @@ class AnswerChecker:
             review_below=self._threshold(settings, "review_below"),
         )
 
+    def judge_band(self, settings: Settings) -> tuple[float, float]:
+        """The judge's band: the settings' when given, else the one the profile's confidence
+        was fitted with (like the thresholds)."""
+        return (
+            self._threshold(settings, "judge_min_confidence"),
+            self._threshold(settings, "judge_max_confidence"),
+        )
+
     def _threshold(self, settings: Settings, name: str) -> float:
         """A policy threshold: the setting when it was given, else the one the shipped
         confidence of the generator's profile was fitted with (its ``notes``), else the

@@ -206,7 +206,7 @@ class Pipeline:
             except (ModelNotFoundError, ModelLoadError) as exc:
                 raise type(exc)(f"{exc} [settings: RAGGUARD_JUDGE_MODEL]") from exc
         try:
-            band = JudgeBand(settings.judge_min_confidence, settings.judge_max_confidence)
+            band = JudgeBand(*self.checker.judge_band(settings))
             return Judge(engine, band=band, passages=settings.judge_passages), owned
         except ValueError as exc:
             if owned is not None:

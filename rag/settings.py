@@ -259,8 +259,8 @@ class Settings(BaseSettings):
         0.1,
         ge=0.0,
         le=1.0,
-        description="the judge reads answers whose first-stage confidence "
-        "is at least this ... (docs/benchmarks.md)",
+        description="the judge reads answers whose first-stage confidence is at least this "
+        "... (default: the band the profile's confidence was fitted with, else 0.1-0.9)",
     )
     judge_max_confidence: float = Field(
         0.9, ge=0.0, le=1.0, description="... and at most this (0 and 1: every answer)"
