@@ -229,9 +229,17 @@ def test_a_profile_s_fitted_thresholds_apply_unless_set(
         "shipped_confidence_path",
         lambda model, judged=False: path if not judged else real(model, judged=True),
     )
-    base = {"index_dir": tmp_path, "data_dir": tmp_path, "_env_file": None}
-    checker = AnswerChecker(Settings(model="qwen2.5-coder-1.5b", **base), HashingEmbedder())
+    qwen = Settings(
+        model="qwen2.5-coder-1.5b", index_dir=tmp_path, data_dir=tmp_path, _env_file=None
+    )
+    checker = AnswerChecker(qwen, HashingEmbedder())
     assert (checker.policy.abstain_below, checker.policy.review_below) == (0.3, 0.5)
-    mine = Settings(model="qwen2.5-coder-1.5b", review_below=0.6, **base)
+    mine = Settings(
+        model="qwen2.5-coder-1.5b",
+        review_below=0.6,
+        index_dir=tmp_path,
+        data_dir=tmp_path,
+        _env_file=None,
+    )
     checker = AnswerChecker(mine, HashingEmbedder())
     assert (checker.policy.abstain_below, checker.policy.review_below) == (0.3, 0.6)
