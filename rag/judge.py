@@ -11,14 +11,23 @@ are judged, so confident answers cost nothing extra.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
 
-from engine.client import EngineClient
+from engine.client import EngineClient, build_engine_client
+from engine.errors import ModelLoadError, ModelNotFoundError
 from rag.citations import attribute
+from rag.errors import InvalidInputError
 from rag.types import Passage
 from rag.verification import YesNoReader
+
+if TYPE_CHECKING:
+    from rag.guarding import AnswerChecker
+    from rag.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 JudgePassages = Literal["cited", "all"]
 JUDGE_SYSTEM_PROMPT = (
@@ -107,3 +116,51 @@ class Judge:
     ) -> float | None:
         """The judge's P(yes); None when it gave neither yes nor no any weight."""
         return await self.reader.p_yes(self.prompt(question, passages, answer), request_id)
+
+
+def build_judge(
+    settings: Settings,
+    generator: EngineClient,
+    checker: AnswerChecker | None,
+    judge_engine: EngineClient | None = None,
+) -> tuple[Judge | None, EngineClient | None]:
+    """The judge cascade the settings ask for (None when off, or when the guard 'judge' is not
+    among the checker's), and the judge engine loaded for it, which the caller shuts down (None
+    when it judges on ``generator`` or on the given ``judge_engine``)."""
+    model = settings.resolved_judge_model()
+    if model is None or checker is None or not checker.has_judge_guard:
+        return None, None
+    owned = None
+    if model == "generator":
+        engine = generator
+        if engine.tokenizer is None:  # a remote generator without a local tokenizer
+            message = (
+                f"the generator ({type(engine).__name__}) exposes no tokenizer, so it cannot "
+                "judge (set RAGGUARD_GENERATOR_TOKENIZER, or name a local RAGGUARD_JUDGE_MODEL)"
+            )
+            if settings.judge_model:
+                raise InvalidInputError(message)
+            logger.warning("%s: the judge is off", message)
+            return None, None
+    elif judge_engine is not None:
+        engine = judge_engine
+    else:
+        config = replace(
+            settings.engine_config(),
+            model=model,
+            quantization=settings.judge_quantization,
+            speculative=None,
+            max_model_len=None,
+            remote=None,
+        )
+        try:
+            engine = owned = build_engine_client(config, "engine")
+        except (ModelNotFoundError, ModelLoadError) as exc:
+            raise type(exc)(f"{exc} [settings: RAGGUARD_JUDGE_MODEL]") from exc
+    try:
+        band = JudgeBand(*checker.judge_band(settings))
+        return Judge(engine, band=band, passages=settings.judge_passages), owned
+    except ValueError as exc:
+        if owned is not None:
+            owned.shutdown()
+        raise InvalidInputError(f"the judge cannot start: {exc}") from exc

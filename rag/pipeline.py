@@ -30,7 +30,7 @@ from rag.errors import (
     InvalidInputError,
 )
 from rag.guarding import AnswerChecker, Checked, candidate, finish_reason
-from rag.judge import Judge, JudgeBand
+from rag.judge import build_judge
 from rag.prompt import NO_ANSWER
 from rag.retrieval.collection import CollectionRegistry
 from rag.retrieval.embed import Embedder
@@ -113,7 +113,9 @@ class Pipeline:
         )
         self._owned_judge_engine: EngineClient | None = None
         try:
-            self.judge, self._owned_judge_engine = self._build_judge(settings, judge_engine)
+            self.judge, self._owned_judge_engine = build_judge(
+                settings, self.engine, self.checker, judge_engine
+            )
             store = open_review_store(settings) if reviews is None else reviews
         except BaseException:  # nothing this pipeline started may outlive a failed start
             if self._owned_judge_engine is not None:
@@ -169,49 +171,6 @@ class Pipeline:
                 pipeline.close()
                 raise
         return pipeline
-
-    def _build_judge(
-        self, settings: Settings, judge_engine: EngineClient | None
-    ) -> tuple[Judge | None, EngineClient | None]:
-        """The judge cascade, when the settings turn it on and the guard 'judge' runs; and the
-        judge engine this pipeline loaded (to shut down), if any."""
-        model = settings.resolved_judge_model()
-        if model is None or self.checker is None or not self.checker.has_judge_guard:
-            return None, None
-        owned = None
-        if model == "generator":
-            engine = self.engine
-            if engine.tokenizer is None:  # a remote generator without a local tokenizer
-                message = (
-                    f"the generator ({type(engine).__name__}) exposes no tokenizer, so it cannot "
-                    "judge (set RAGGUARD_GENERATOR_TOKENIZER, or name a local RAGGUARD_JUDGE_MODEL)"
-                )
-                if settings.judge_model:
-                    raise InvalidInputError(message)
-                logger.warning("%s: the judge is off", message)
-                return None, None
-        elif judge_engine is not None:
-            engine = judge_engine
-        else:
-            config = replace(
-                settings.engine_config(),
-                model=model,
-                quantization=settings.judge_quantization,
-                speculative=None,
-                max_model_len=None,
-                remote=None,
-            )
-            try:
-                engine = owned = build_engine_client(config, "engine")
-            except (ModelNotFoundError, ModelLoadError) as exc:
-                raise type(exc)(f"{exc} [settings: RAGGUARD_JUDGE_MODEL]") from exc
-        try:
-            band = JudgeBand(*self.checker.judge_band(settings))
-            return Judge(engine, band=band, passages=settings.judge_passages), owned
-        except ValueError as exc:
-            if owned is not None:
-                owned.shutdown()
-            raise InvalidInputError(f"the judge cannot start: {exc}") from exc
 
     def close(self) -> None:
         self._loop.close()
