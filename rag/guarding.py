@@ -116,6 +116,10 @@ class AnswerChecker:
         except UnknownGuardError as exc:
             raise InvalidInputError(str(exc)) from exc
         self.chain = GuardChain(guards)
+        # The second stage re-runs the judge guard alone, through a chain of its own: the same
+        # error handling, signal check and audit record as every other guard run.
+        judge = [g for g in guards if g.name == JudgeGuard.name]
+        self.judge_chain = GuardChain(judge) if judge else None
         self.confidence = self._load_confidence(settings)
         self.judged_confidence = self._load_judged_confidence(settings)
         self.policy = Policy(
@@ -180,7 +184,7 @@ class AnswerChecker:
 
     @property
     def has_judge_guard(self) -> bool:
-        return any(g.name == JudgeGuard.name for g in self.chain.guards)
+        return self.judge_chain is not None
 
     @staticmethod
     def _load_graph(settings: Settings) -> KnowledgeGraph | None:
@@ -240,14 +244,9 @@ class AnswerChecker:
         """The second stage: the judge guard's verdict on ``judgement`` replaces its abstention,
         and the second-stage model (if one is fitted) re-scores the confidence from the first
         stage's and the judge's log-odds."""
-        assert checked.context is not None
+        assert checked.context is not None and self.judge_chain is not None
         ctx = replace(checked.context, judgement=judgement)
-        guard = next(g for g in self.chain.guards if g.name == JudgeGuard.name)
-        try:
-            verdict = guard.check(ctx)
-        except Exception as exc:  # as in GuardChain: a broken guard must not pass an answer
-            logger.exception("guard %s failed", guard.name)
-            verdict = guard.abstain(f"guard error: {type(exc).__name__}: {exc}")
+        (verdict,) = self.judge_chain.run(ctx).results
         results = [verdict if r.name == JudgeGuard.name else r for r in checked.results]
         feats = {**checked.signals, **verdict.signals}
         confidence = checked.confidence
