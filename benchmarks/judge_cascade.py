@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from judgement import DEFAULT_L2, chains, default_policy, fmt, interval  # noqa: E402
+from judgement import DEFAULT_L2, chains, default_policy, fmt, interval, load_answers  # noqa: E402
 
 from guards import ConfidenceModel  # noqa: E402
 from guards.confidence import judged_features  # noqa: E402
@@ -119,8 +119,10 @@ def cascade(
     out = []
     for a, c in zip(answers, first, strict=True):
         p = judged(a)
-        inside = band[0] <= c <= band[1] and p is not None
-        out.append(stage2.score(judged_features(c, judge_logit(p))) if inside and p else c)
+        inside = band[0] <= c <= band[1]
+        out.append(
+            c if p is None or not inside else stage2.score(judged_features(c, judge_logit(p)))
+        )
     return out
 
 
@@ -267,10 +269,7 @@ def cost_report(
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    answers: list[LabelledAnswer] = []
-    for run_dir in sorted(p for p in args.runs.iterdir() if any(p.glob("*/items.jsonl"))):
-        if run_dir.name not in NO_ANSWER_SETS:
-            answers += load_run(run_dir)
+    answers = load_answers(args.runs, skip=NO_ANSWER_SETS)
     chain_for = chains(args.data_dir, None)
     first_view = Seen(samples=1, verification=False, judgement=False)
     rescore(answers, chain_for, first_view)

@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -132,11 +133,16 @@ def interval(bounds: tuple[float, float] | None) -> str:
     return "—" if bounds is None else f"{bounds[0]:.2f}–{bounds[1]:.2f}"
 
 
-def load_answers(runs: Path) -> list[LabelledAnswer]:
-    """The labelled answers of every ``<set>/`` eval output folder under ``runs``."""
+def load_answers(
+    runs: Path, *, skip: Sequence[str] = (), per_set: int | None = None
+) -> list[LabelledAnswer]:
+    """The labelled answers of every ``<set>/`` eval output folder under ``runs`` that has
+    records (a run still starting has none), but the sets in ``skip``; at most ``per_set`` of
+    each."""
     answers: list[LabelledAnswer] = []
-    for run_dir in sorted(p for p in runs.iterdir() if (p / "dataset.jsonl").is_file()):
-        answers += load_run(run_dir)
+    for run_dir in sorted(p for p in runs.iterdir() if any(p.glob("*/items.jsonl"))):
+        if run_dir.name not in skip:
+            answers += load_run(run_dir)[:per_set]
     if not answers:
         raise SystemExit(f"no labelled answers under {runs}")
     return answers

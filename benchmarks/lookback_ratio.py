@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from judgement import DEFAULT_L2, chains  # noqa: E402
+from judgement import DEFAULT_L2, chains, load_answers  # noqa: E402
 
 from guards.registry import signal_directions  # noqa: E402
 from rag.eval.metrics import auroc  # noqa: E402
@@ -41,7 +41,6 @@ from rag.eval.training import (  # noqa: E402
     FitOptions,
     LabelledAnswer,
     leave_one_set_out,
-    load_run,
     rescore,
 )
 from rag.eval.training import Recorded as Seen  # noqa: E402
@@ -142,10 +141,7 @@ def classifier_scores(
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    answers: list[LabelledAnswer] = []
-    for run_dir in sorted(p for p in args.runs.iterdir() if any(p.glob("*/items.jsonl"))):
-        if run_dir.name not in SKIP_SETS:
-            answers += load_run(run_dir)[: args.max_per_set]
+    answers = load_answers(args.runs, skip=SKIP_SETS, per_set=args.max_per_set)
     ratios: dict[str, np.ndarray] = {}
     if args.cache is not None and args.cache.is_file():
         ratios = dict(np.load(args.cache))
