@@ -54,7 +54,6 @@ def extract(answers: Sequence[LabelledAnswer], threads: int) -> dict[str, np.nda
 
     from engine.model_loader import local_model_dir, resolve_model
     from engine.prompts import PromptTokenizer
-    from rag.types import Passage
     from rag.verification import verification_messages
 
     torch.set_num_threads(threads)
@@ -66,9 +65,7 @@ def extract(answers: Sequence[LabelledAnswer], threads: int) -> dict[str, np.nda
     start = time.perf_counter()
     for k, a in enumerate(answers):
         r = a.record
-        passages = [
-            Passage(p["doc_id"], p["chunk_id"], p["text"], p["score"]) for p in r["passages"]
-        ]
+        passages = a.passages
         messages = verification_messages(r["question"], passages, a.answer.strip())
         ids = torch.tensor([chat.encode(chat.apply_chat_template(messages))])
         with torch.no_grad():

@@ -45,7 +45,6 @@ def main(argv: list[str] | None = None) -> None:
     from engine import EngineConfig
     from engine.llm_engine import LLMEngine
     from rag.judge import JUDGE_QUESTION, judge_messages, judged_passages
-    from rag.types import Passage
     from rag.verification import YesNoReader
 
     engine = LLMEngine(EngineConfig(model=args.judge, quantization="int8", max_num_seqs=8))
@@ -60,9 +59,7 @@ def main(argv: list[str] | None = None) -> None:
         prompts = []
         for a in answers:
             r = a.record
-            passages = [
-                Passage(p["doc_id"], p["chunk_id"], p["text"], p["score"]) for p in r["passages"]
-            ]
+            passages = a.passages
             shown = judged_passages(a.answer, passages, args.passages)
             messages = judge_messages(r["question"], shown, a.answer)
             if args.question:

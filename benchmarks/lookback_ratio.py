@@ -73,7 +73,6 @@ def extract(
 
     from engine.model_loader import local_model_dir, resolve_model
     from rag.prompt import build_messages, system_prompt_for
-    from rag.types import Passage
 
     torch.set_num_threads(threads)
     directory = local_model_dir(resolve_model(model_name))
@@ -86,9 +85,7 @@ def extract(
     start = time.perf_counter()
     for k, a in enumerate(answers):
         r = a.record
-        passages = [
-            Passage(p["doc_id"], p["chunk_id"], p["text"], p["score"]) for p in r["passages"]
-        ]
+        passages = a.passages
         prompt = tokenizer.apply_chat_template(
             build_messages(r["question"], passages, rule),
             add_generation_prompt=True,

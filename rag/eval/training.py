@@ -33,6 +33,7 @@ from rag.eval.judgement import mean_logprob
 from rag.eval.metrics import auroc, auroc_interval, ece_noise
 from rag.eval.records import read_records
 from rag.eval.summary import is_correct
+from rag.types import Passage
 
 
 @dataclass(slots=True)
@@ -49,6 +50,14 @@ class LabelledAnswer:
     @property
     def answer(self) -> str:
         return str(self.record["answer"])
+
+    @property
+    def passages(self) -> list[Passage]:
+        """The passages its prompt showed, numbered from 1 in this order."""
+        return [
+            Passage(p["doc_id"], p["chunk_id"], p["text"], p["score"])
+            for p in self.record["passages"]
+        ]
 
     @property
     def mean_logprob(self) -> float | None:
