@@ -1,0 +1,203 @@
+"""The answer threshold for a risk the user chooses, with a guarantee (Learn-then-Test).
+
+For each candidate threshold t of a fixed grid (0.999 down to 0.000), the null hypothesis "the
+risk at t exceeds the target" is tested with the Clopper–Pearson upper bound of ``bounds``. The
+hypotheses are tested in that fixed order, highest threshold first, and testing stops at the
+first one not rejected (fixed-sequence testing): every threshold passed before it is certified,
+and the family-wise error is at most 1 − confidence without any further correction, because a
+hypothesis is only tested once every one before it was rejected (Bates et al., "Distribution-
+free, risk-controlling prediction sets"; Angelopoulos et al., "Learn then Test"). The lowest
+certified threshold answers the most.
+
+Two risks, chosen by ``RiskMode``:
+
+- ``selective``: the error rate among the answered questions, P(wrong | confidence ≥ t). This is
+  what "let through at most 5 % wrong answers" means. It is not monotone in t, and where the
+  confidence is weak it can only be certified at high thresholds, so coverage falls.
+- ``conformal``: the share of all questions that get a wrong answer delivered,
+  P(wrong and confidence ≥ t), the loss of conformal risk control. It falls as t rises, so it
+  is always certifiable with enough labels, and answers far more at the same number.
+
+Where a sequence starts matters: at the very top few labels clear the threshold and one error
+fails the first test, which ends the sequence; lower down the risk itself may be too high. So
+several sequences run, starting where n, 2n, 4n, … labels clear the threshold (n the fewest that
+could certify the risk at all, ``min_labels_for``; at most six), each at an equal share of the
+error budget 1 − confidence (a union bound), and the lowest threshold any of them certifies is
+used. The starts depend on the scores alone, never on the verdicts, so the guarantee holds.
+Labels are weighted by 1 / propensity (audit samples stand for every answer that
+went out).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import beta
+
+from guards.risk.bounds import min_labels_for
+
+GRID = np.round(np.arange(999, -1, -1) / 1000.0, 3)
+"""The candidate thresholds, in the order they are tested."""
+MAX_SEQUENCES = 6
+"""At most this many fixed sequences, each with its share of the error budget."""
+
+
+class RiskMode(enum.StrEnum):
+    SELECTIVE = "selective"
+    """The error rate among answered questions."""
+    CONFORMAL = "conformal"
+    """The share of all questions that get a wrong answer delivered."""
+
+
+@dataclass(frozen=True, slots=True)
+class RiskTarget:
+    """What the user accepts: ``risk`` at ``confidence`` (e.g. 5 % wrong, with 90 % confidence)."""
+
+    risk: float
+    confidence: float = 0.9
+    mode: RiskMode = RiskMode.SELECTIVE
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.risk < 1.0:
+            raise ValueError(f"the target risk must be in (0, 1), got {self.risk}")
+        if not 0.0 < self.confidence < 1.0:
+            raise ValueError(f"the risk confidence must be in (0, 1), got {self.confidence}")
+        object.__setattr__(self, "mode", RiskMode(self.mode))
+
+    @property
+    def min_labels(self) -> int:
+        return min_labels_for(self.risk, self.confidence)
+
+    def describe(self) -> str:
+        what = "among answered questions" if self.mode is RiskMode.SELECTIVE else "of all questions"
+        return f"at most {self.risk:.0%} wrong {what} with {self.confidence:.0%} confidence"
+
+
+@dataclass(frozen=True, slots=True)
+class ThresholdChoice:
+    """The certified threshold (None: nothing may be answered automatically) and its figures."""
+
+    target: RiskTarget
+    threshold: float | None
+    estimate: float | None
+    """The (weighted) risk at the threshold, as the labels estimate it."""
+    bound: float | None
+    """Its upper confidence bound, ≤ the target risk when a threshold is certified."""
+    coverage: float
+    """The (weighted) share of labelled questions the threshold answers."""
+    labels: int
+    reason: str
+
+    @property
+    def calibrated(self) -> bool:
+        return self.threshold is not None
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "target_risk": self.target.risk,
+            "risk_confidence": self.target.confidence,
+            "risk_mode": self.target.mode.value,
+            "threshold": self.threshold,
+            "risk_estimate": self.estimate,
+            "risk_bound": self.bound,
+            "coverage": self.coverage,
+            "labels": self.labels,
+            "reason": self.reason,
+        }
+
+
+def _curves(
+    scores: np.ndarray, wrong: np.ndarray, weights: np.ndarray, mode: RiskMode
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For every grid threshold: the weighted risk estimate, the effective number of labels it
+    rests on (Kish) and the weighted coverage."""
+    above = scores[None, :] >= GRID[:, None]  # (grid, labels)
+    w_above = above @ weights
+    total = float(weights.sum())
+    wrong_above = above @ (weights * wrong)
+    if mode is RiskMode.SELECTIVE:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            estimate = np.where(w_above > 0, wrong_above / w_above, 0.0)
+            n_eff = np.where(w_above > 0, w_above**2 / (above @ weights**2), 0.0)
+    else:
+        estimate = wrong_above / total
+        n_eff = np.full(len(GRID), total * total / float((weights**2).sum()))
+    return estimate, n_eff, w_above / total
+
+
+def _upper(estimate: np.ndarray, n_eff: np.ndarray, confidence: float) -> np.ndarray:
+    errors = estimate * n_eff
+    with np.errstate(invalid="ignore", divide="ignore"):
+        bound = beta.ppf(confidence, errors + 1.0, np.maximum(n_eff - errors, 1e-12))
+    return np.where((n_eff <= 0) | (errors >= n_eff), 1.0, bound)
+
+
+def _starts(n_eff: np.ndarray, needed: int) -> list[int]:
+    """Where the sequences start: the highest grid threshold that ``needed``, 2·``needed``,
+    4·``needed``, … effective labels clear (scores and weights only, never the verdicts)."""
+    starts: list[int] = []
+    count = float(needed)
+    while (n_eff >= count).any():
+        first = int(np.argmax(n_eff >= count))
+        if first not in starts:
+            starts.append(first)
+        count *= 2
+        if len(starts) == MAX_SEQUENCES:
+            break
+    return starts
+
+
+def choose_threshold(
+    scores: Sequence[float],
+    correct: Sequence[bool],
+    target: RiskTarget,
+    *,
+    weights: Sequence[float] | None = None,
+) -> ThresholdChoice:
+    """The lowest threshold whose risk is certified ≤ ``target.risk`` at ``target.confidence``
+    by fixed-sequence testing down the grid; None when no sequence certifies any (too few
+    labels, or a confidence too weak to separate right from wrong at that risk)."""
+    s = np.asarray(scores, dtype=float)
+    bad = 1.0 - np.asarray(correct, dtype=float)
+    w = np.ones(len(s)) if weights is None else np.asarray(weights, dtype=float)
+    if not len(s) == len(bad) == len(w):
+        raise ValueError("need one score, one verdict and one weight per label")
+    if (w <= 0).any():
+        raise ValueError("label weights must be > 0")
+    needed = target.min_labels
+    if len(s) < needed:
+        return ThresholdChoice(
+            target, None, None, None, 0.0, len(s),
+            f"not_calibrated: {len(s)} labels, {target.describe()} needs at least {needed}",
+        )  # fmt: skip
+    estimate, n_eff, coverage = _curves(s, bad, w, target.mode)
+    starts = _starts(n_eff, needed)
+    # Each sequence is tested at its share of the error budget (Bonferroni over the sequences).
+    level = 1.0 - (1.0 - target.confidence) / max(len(starts), 1)
+    bound = _upper(estimate, n_eff, level)
+    passed: int | None = None
+    for start in starts:
+        for i in range(start, len(GRID)):
+            if bound[i] > target.risk:
+                break
+            if passed is None or i > passed:
+                passed = i
+    if passed is None:
+        at = f" (bound {bound[starts[0]]:.3f} at threshold {GRID[starts[0]]:.3f})" if starts else ""
+        return ThresholdChoice(
+            target, None, None, None, 0.0, len(s),
+            f"not_calibrated: no threshold meets {target.describe()} on {len(s)} labels{at}",
+        )  # fmt: skip
+    return ThresholdChoice(
+        target,
+        float(GRID[passed]),
+        float(estimate[passed]),
+        float(bound[passed]),
+        float(coverage[passed]),
+        len(s),
+        f"risk {estimate[passed]:.3f} (bound {bound[passed]:.3f}) at threshold "
+        f"{GRID[passed]:.3f} on {len(s)} labels: {target.describe()}",
+    )
