@@ -98,6 +98,26 @@ class NewItem:
     index_name: str = ""
     index_version: str = ""
     request_id: str = ""
+    kind: str = "flagged"
+    """``flagged`` (the policy asked for a person) or ``audit`` (an answer that went out,
+    sampled at the audit rate to give unbiased labels)."""
+    propensity: float = 1.0
+    """The probability with which this answer was sent to a person."""
+    signals: dict[str, float] = field(default_factory=dict)
+    """The confidence model's inputs, kept so the verdict can recalibrate it."""
+    shipped_confidence: float | None = None
+    """The confidence before any per-collection calibration (None: ``confidence`` is it)."""
+    profile: str = ""
+    """The generator profile that wrote the answer."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ITEM_KINDS:
+            raise InvalidReviewError(f"an item's kind is one of {ITEM_KINDS}, not {self.kind!r}")
+        if not 0.0 < self.propensity <= 1.0:
+            raise InvalidReviewError(f"propensity must be in (0, 1], got {self.propensity}")
+
+
+ITEM_KINDS = ("flagged", "audit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +153,11 @@ class ReviewItem:
     """Who escalated the item last (kept once it is resolved); they may not claim it back."""
     escalated_to: str | None = None
     """The reviewer it was escalated to; None with ``escalated_by`` set: to the admins."""
+    kind: str = "flagged"
+    propensity: float = 1.0
+    signals: dict[str, float] = field(default_factory=dict)
+    shipped_confidence: float | None = None
+    profile: str = ""
 
     @property
     def final_answer(self) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 from guards.review import answer_cache, escalation, gold, rating_queue
 from guards.review.backend import Cursor, Database
+from guards.review.calibrations import CalibrationBook
 from guards.review.errors import (
     EscalatedElsewhereError,
     InvalidReviewError,
@@ -25,6 +26,7 @@ from guards.review.errors import (
     ReviewConflictError,
 )
 from guards.review.export import DEFAULT_PAGE_SIZE, export_items, ratings_of
+from guards.review.labels import LabelBook, verdict_label
 from guards.review.migrations import DEFAULT_SLA_S, migrate
 from guards.review.models import (
     AuditEntry,
@@ -78,6 +80,10 @@ class ReviewStore:
         self.min_ratings = min_ratings
         self.clock = clock
         self.schema_version = migrate(self.db)
+        self.labels = LabelBook(self.db, clock)
+        """Reviewer labels, delivered answers and end-user feedback (``guards.review.labels``)."""
+        self.calibrations = CalibrationBook(self.db, clock)
+        """Each collection's calibration versions and the one in force."""
 
     def close(self) -> None:
         self.db.close()
@@ -100,8 +106,9 @@ class ReviewStore:
         cur.execute(
             "INSERT INTO review_items (id, created_at, status, question, answer, payload, "
             "candidates, passages, guard_results, reasons, confidence, priority, deadline, "
-            "index_name, index_version, request_id, gold_id) "
-            "VALUES (?, ?, 'pending', ?, ?, '{}', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "index_name, index_version, request_id, gold_id, kind, propensity, signals, "
+            "shipped_confidence, profile) "
+            "VALUES (?, ?, 'pending', ?, ?, '{}', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 item_id,
                 now,
@@ -118,6 +125,11 @@ class ReviewStore:
                 new.index_version,
                 new.request_id,
                 gold_id,
+                new.kind,
+                new.propensity,
+                json.dumps(new.signals),
+                new.shipped_confidence,
+                new.profile,
             ),
         )
         insert_audit(cur, item_id, SYSTEM, "created", None, {"status": "pending"}, now)
@@ -294,7 +306,8 @@ class ReviewStore:
         """Approve, edit, reject or escalate an item ``actor`` holds a live claim on.
 
         An approved or edited answer goes to the answer cache in the same transaction, so the
-        same question on the same index version gets it from then on. An escalation goes to
+        same question on the same index version gets it from then on; the verdict becomes a
+        label (``labels``) in that transaction too. An escalation goes to
         ``escalate_to`` (a reviewer's name), else to the admins; see ``claim``."""
         action = Resolution(action)
         if action is Resolution.EDIT and not (edited_answer and edited_answer.strip()):
@@ -337,6 +350,7 @@ class ReviewStore:
                 and item.index_name
             ):
                 answer_cache.put(cur, item, actor, now)
+            verdict_label(cur, item, actor, now)
             return item
 
     def next_to_rate(self, actor: str) -> ReviewItem | None:

@@ -18,7 +18,7 @@ from guards.review import (
     queue_stats,
 )
 from guards.review.backend import Database
-from guards.review.migrations import migrate
+from guards.review.migrations import SCHEMA_VERSION, migrate
 from tests.guards.fake_clock import Clock
 
 
@@ -104,7 +104,7 @@ def migration_scenario(url: str) -> None:
             )
     old.close()
     store = ReviewStore(url)
-    assert store.schema_version == 5
+    assert store.schema_version == SCHEMA_VERSION
     for item_id in ("esc", "back"):
         item = store.get(item_id)
         assert item.status is Status.ESCALATED and item.escalated_by == "ann"
@@ -114,7 +114,7 @@ def migration_scenario(url: str) -> None:
     assert store.claim("back", "carol", is_admin=True).assignee == "carol"
     store.close()
     again = ReviewStore(url)  # migrating again is a no-op
-    assert again.schema_version == 5 and again.get("esc").escalated_by == "ann"
+    assert again.schema_version == SCHEMA_VERSION and again.get("esc").escalated_by == "ann"
     again.close()
 
 

@@ -117,3 +117,10 @@ def test_an_escalation_goes_to_someone_else_on_postgresql(pg_url: str) -> None:
 
 def test_escalations_from_before_schema_5_are_kept_on_postgresql(pg_url: str) -> None:
     migration_scenario(new_database(pg_url))
+
+
+def test_labels_feedback_and_calibrations_on_postgresql(pg_url: str) -> None:
+    from tests.guards.test_review_labels import label_scenario
+
+    clock = Clock()
+    label_scenario(ReviewStore(new_database(pg_url), gold_rate=0.0, clock=clock), clock)

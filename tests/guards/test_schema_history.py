@@ -43,7 +43,9 @@ def test_a_new_database_is_upgraded_to_head_and_recorded_for_older_ragguards(
     store = ReviewStore(path)
     assert store.schema_version == SCHEMA_VERSION
     store.close()
-    assert _rows(path, "SELECT version_num FROM ragguard_review_revision") == [("0005",)]
+    assert _rows(path, "SELECT version_num FROM ragguard_review_revision") == [
+        (f"{SCHEMA_VERSION:04d}",)
+    ]
     # A ragguard from before Alembic reads schema_version: it must see where the database is.
     assert _rows(path, "SELECT MAX(version) FROM schema_version") == [(SCHEMA_VERSION,)]
     assert {"escalated_by", "escalated_to", "gold_id"} <= _columns(path, "review_items")
@@ -59,7 +61,9 @@ def test_a_database_at_an_unknown_revision_is_refused(tmp_path: Path) -> None:
         conn.execute(f"UPDATE {table} SET version_num = '0099'")
         conn.commit()
         conn.close()
-    with pytest.raises(SchemaTooNewError, match="schema 0099, newer than this ragguard's 5"):
+    with pytest.raises(
+        SchemaTooNewError, match=f"schema 0099, newer than this ragguard's {SCHEMA_VERSION}"
+    ):
         ReviewStore(path)
     with pytest.raises(ConfigurationError, match="revision 0099, newer than this ragguard's"):
         KeyStore(keys)
@@ -130,7 +134,7 @@ def test_alembics_command_line_upgrades_a_database_the_store_then_opens(tmp_path
     store = ReviewStore(path)  # the rest on start
     assert store.schema_version == SCHEMA_VERSION
     store.close()
-    assert "0005 (head)" in alembic("current")
+    assert f"{SCHEMA_VERSION:04d} (head)" in alembic("current")
 
 
 def test_a_key_store_from_before_alembic_keeps_its_keys(tmp_path: Path) -> None:
