@@ -39,6 +39,12 @@ class Policy:
     review_below: float = 0.2
     review_on_failure: tuple[str, ...] = ("knowledge_graph", "evidence_conflict", "repetition")
     """Guards whose FAIL sends an answer above ``abstain_below`` to a person."""
+    not_calibrated: str | None = None
+    """Set when a risk was asked for and no threshold could be certified (``guards.risk``):
+    nothing is answered automatically; what would have been answered goes to a person, with
+    this reason (it starts ``not_calibrated``)."""
+    threshold_note: str = ""
+    """Where ``review_below`` came from, added to the reasons (e.g. the certified risk)."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.abstain_below <= self.review_below <= 1.0:
@@ -63,10 +69,16 @@ class Policy:
         if hard:
             soft = [f for f in failed if f not in hard]
             return Decision(Action.REVIEW, [*hard, f"confidence {confidence:.2f}", *soft])
+        note = [self.threshold_note] if self.threshold_note else []
         if confidence < self.review_below:
             return Decision(
-                Action.REVIEW, [f"confidence {confidence:.2f} < {self.review_below}", *failed]
+                Action.REVIEW,
+                [f"confidence {confidence:.2f} < {self.review_below}", *note, *failed],
+            )
+        if self.not_calibrated is not None:
+            return Decision(
+                Action.REVIEW, [self.not_calibrated, f"confidence {confidence:.2f}", *failed]
             )
         return Decision(
-            Action.ANSWER, [f"confidence {confidence:.2f} >= {self.review_below}", *failed]
+            Action.ANSWER, [f"confidence {confidence:.2f} >= {self.review_below}", *note, *failed]
         )

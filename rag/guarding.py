@@ -65,6 +65,8 @@ class Checked:
     """What the guards saw (the judge's second stage re-runs its guard on it)."""
     first_stage: float | None = None
     """The confidence before the judge weighed in, when it did."""
+    shipped_confidence: float | None = None
+    """Set once a collection's calibration replaced ``confidence``: the one the guards computed."""
 
     def reports(self) -> list[GuardReport]:
         return [

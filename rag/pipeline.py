@@ -14,7 +14,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncGenerator, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from engine import Generator, ModelLoadError, ModelNotFoundError
 from engine.client import EngineClient, as_engine_client, build_engine_client
@@ -35,8 +35,10 @@ from rag.prompt import NO_ANSWER
 from rag.retrieval.collection import CollectionRegistry
 from rag.retrieval.embed import Embedder
 from rag.reviews import ReviewDesk, open_review_store
+from rag.reviews.risk import RiskControl
 from rag.settings import Settings
 from rag.stages import GenerateStage, Generation, Retrieval, RetrieveStage
+from rag.stages.act import ActStage
 from rag.types import (
     AskEvent,
     AskOptions,
@@ -126,6 +128,8 @@ class Pipeline:
                 self.collections.close()
             raise
         self.reviews = ReviewDesk(store, owns_store=reviews is None)
+        self.risk = RiskControl(store, settings)
+        self.act = ActStage(self.checker, self.reviews, self.risk) if self.checker else None
         self._loop = BackgroundLoop()
 
     @classmethod
@@ -179,6 +183,7 @@ class Pipeline:
         if self._owns_engine:
             self.engine.shutdown()
         self.collections.close()
+        self.risk.close()
         self.reviews.close()
 
     # ------------------------------------------------------------- interface
@@ -364,8 +369,10 @@ class Pipeline:
         verification: float | None,
     ) -> Result:
         """The decide and act stages: answer, withhold, or queue for a person; the Result."""
-        assert self.checker is not None
-        decision = self.checker.decide(checked, ask.policy)
+        assert self.act is not None
+        own = ask.options.abstain_below is not None or ask.options.review_below is not None
+        judged = await asyncio.to_thread(self.act.decide, ask.index, checked, ask.policy, own=own)
+        decision, checked = judged.decision, judged.checked
         withheld = decision.action is Action.ABSTAIN
         result = self._result(
             ask,
@@ -382,13 +389,7 @@ class Pipeline:
             ],
             verification=verification,
         )
-        if decision.action is not Action.REVIEW:
-            return result
-        # Shielded: once the item is being written, a caller leaving does not half-finish it.
-        review_id = await asyncio.shield(
-            asyncio.to_thread(self.reviews.queue, result, retrieval.version)
-        )
-        return replace(result, review_id=review_id)
+        return await self.act.act(result, retrieval.version, checked)
 
     def _reviewed(self, ask: _Ask, reviewed: CachedAnswer, passages: list[Passage]) -> Result:
         """A reviewer's approved (or edited) answer to this question on this index version."""

@@ -323,6 +323,41 @@ class Settings(BaseSettings):
         None, description="file of API keys (name role sha256) in addition to data_dir/keys"
     )
 
+    # Risk control learnt from reviewers (guards/risk; README "Choosing the risk you accept")
+    target_risk: float | None = Field(
+        None,
+        gt=0.0,
+        lt=1.0,
+        description="the error rate you accept, e.g. 0.05: each collection's answer threshold "
+        "is chosen from its labels to keep it (empty: the fixed thresholds)",
+    )
+    risk_confidence: float = Field(
+        0.9, gt=0.0, lt=1.0, description="how sure the threshold must be of target_risk"
+    )
+    risk_mode: Literal["selective", "conformal"] = Field(
+        "selective",
+        description="selective: wrong answers among answered questions; conformal: wrong "
+        "answers delivered among all questions",
+    )
+    audit_rate: float = Field(
+        0.05,
+        ge=0.0,
+        le=1.0,
+        description="share of answers that go out which are also queued for review as audit "
+        "items (unbiased labels)",
+    )
+    audit_rates: dict[str, float] = Field(
+        default_factory=dict,
+        description='per-collection audit rates, JSON: {"docs": 0.1}',
+    )
+    audit_seed: int | None = Field(None, description="seed of the audit draw (tests)")
+    calibrate_every: int = Field(
+        25, ge=0, description="refit a collection's confidence after this many new labels (0: off)"
+    )
+    calibration_refresh_s: float = Field(
+        5.0, gt=0, description="how often a server rereads a collection's calibration and labels"
+    )
+
     # Server
     ray_address: str | None = Field(
         None,
@@ -442,6 +477,14 @@ class Settings(BaseSettings):
         if self.generator_url and not self.generator_url.startswith(("http://", "https://")):
             raise ValueError(f"generator_url must be http(s)://..., got {self.generator_url!r}")
         return self
+
+    @field_validator("audit_rates")
+    @classmethod
+    def _rates_are_shares(cls, rates: dict[str, float]) -> dict[str, float]:
+        bad = {k: v for k, v in rates.items() if not 0.0 <= v <= 1.0}
+        if bad:
+            raise ValueError(f"audit rates must be between 0 and 1: {bad}")
+        return rates
 
     @model_validator(mode="after")
     def _judge_band(self) -> Settings:

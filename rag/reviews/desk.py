@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict
 
-from guards.review import CachedAnswer, NewItem, ReviewStore
+from guards.review import CachedAnswer, ReviewStore
 from rag.errors import InvalidInputError
 from rag.retrieval.collection import Collection
 from rag.settings import Settings
-from rag.types import Result
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +56,8 @@ def index_version(collection: Collection) -> str:
 
 
 class ReviewDesk:
-    """The act stage's side of the review queue, and its one owner in the pipeline: a reviewer's
-    earlier answer to reuse, or a new item for a person to judge."""
+    """The review queue's one owner in the pipeline: a reviewer's earlier answer to reuse (the
+    act stage, ``rag.stages.act``, queues new items in its store)."""
 
     def __init__(self, store: ReviewStore, *, owns_store: bool = True):
         self.store = store
@@ -69,24 +67,6 @@ class ReviewDesk:
     def reviewed_answer(self, question: str, index: str, version: str) -> CachedAnswer | None:
         """A reviewer's approved (or edited) answer to this question on this index version."""
         return self.store.cached_answer(question, index, version)
-
-    def queue(self, result: Result, version: str) -> str:
-        """Queue the answer with everything a person needs to judge it; the item's id."""
-        item = self.store.add(
-            NewItem(
-                question=result.question,
-                answer=result.answer,
-                candidates=[s.text for s in result.samples],
-                passages=[asdict(p) for p in result.passages],
-                guard_results=[asdict(v) for v in result.guard_results],
-                confidence=result.confidence,
-                reasons=list(result.decision_reasons),
-                index_name=result.index,
-                index_version=version,
-                request_id=result.request_id,
-            )
-        )
-        return item.id
 
     def close(self) -> None:
         if self._owns_store:

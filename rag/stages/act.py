@@ -1,0 +1,108 @@
+"""Decide and act: the collection's calibrated confidence and certified threshold decide (answer,
+withhold, or a person), then the answer is queued for review, sampled for an audit, and recorded
+so its user can give feedback on it.
+
+The shipped confidence is what the guards computed; each collection's calibration in force
+(``rag.reviews.risk``) turns it into the confidence the user sees and the policy reads, and the
+shipped one travels with every queued item, so that the verdict on it can refit the calibration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import asdict, dataclass, replace
+
+from guards import Action, Decision, Policy
+from guards.review import NewItem
+from guards.review.labels import AnswerRecord
+from rag.guarding import AnswerChecker, Checked
+from rag.reviews import ReviewDesk
+from rag.reviews.risk import RiskControl
+from rag.types import Result
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """The decide stage's output."""
+
+    checked: Checked
+    """With the collection's calibrated confidence (``shipped_confidence``: the guards' own)."""
+    decision: Decision
+
+
+class ActStage:
+    def __init__(self, checker: AnswerChecker, reviews: ReviewDesk, risk: RiskControl):
+        self.checker = checker
+        self.reviews = reviews
+        self.risk = risk
+
+    def decide(self, index: str, checked: Checked, policy: Policy | None, *, own: bool) -> Judged:
+        """The calibrated confidence and the decision. ``own``: the request set its own
+        thresholds, which then stand instead of the collection's certified one."""
+        shipped = checked.confidence
+        confidence = self.risk.calibrated(index, shipped, checked.signals)
+        checked = replace(checked, confidence=confidence, shipped_confidence=shipped)
+        base = policy or self.checker.policy
+        return Judged(
+            checked, self.checker.decide(checked, base if own else self.risk.policy(index, base))
+        )
+
+    async def act(self, result: Result, version: str, checked: Checked) -> Result:
+        """Queue what needs a person, audit a sample of what goes out, record the answer.
+        Shielded: once written, a caller leaving does not half-finish it."""
+        return await asyncio.shield(asyncio.to_thread(self._act, result, version, checked))
+
+    def _act(self, result: Result, version: str, checked: Checked) -> Result:
+        shipped = checked.shipped_confidence
+        review_id: str | None = None
+        if result.decision is Action.REVIEW:
+            review_id = self._queue(result, version, shipped, "flagged", 1.0)
+            result = replace(result, review_id=review_id)
+        elif result.decision is Action.ANSWER:
+            propensity = self.risk.draw_audit(result.index)
+            if propensity is not None:
+                audit_id = self._queue(result, version, shipped, "audit", propensity)
+                logger.info("answer %s audited as review item %s", result.request_id, audit_id)
+        else:
+            return result
+        self.reviews.store.labels.record_answer(
+            AnswerRecord(
+                result.request_id,
+                result.index,
+                self.risk.profile,
+                result.question,
+                result.decision.value,
+                result.confidence,
+                shipped,
+                dict(result.confidence_signals),
+                review_id,
+            )
+        )
+        return result
+
+    def _queue(
+        self, result: Result, version: str, shipped: float | None, kind: str, propensity: float
+    ) -> str:
+        item = self.reviews.store.add(
+            NewItem(
+                question=result.question,
+                answer=result.answer,
+                candidates=[s.text for s in result.samples],
+                passages=[asdict(p) for p in result.passages],
+                guard_results=[asdict(v) for v in result.guard_results],
+                confidence=result.confidence,
+                reasons=list(result.decision_reasons),
+                index_name=result.index,
+                index_version=version,
+                request_id=result.request_id,
+                kind=kind,
+                propensity=propensity,
+                signals=dict(result.confidence_signals),
+                shipped_confidence=shipped,
+                profile=self.risk.profile,
+            )
+        )
+        return item.id
