@@ -145,14 +145,17 @@ def evaluate(model: Recalibration, labels: Sequence[Label]) -> dict[str, float]:
     y = np.array([lb.correct for lb in labels], dtype=float)
     w = np.array([lb.weight for lb in labels], dtype=float)
     loss = -(w * (y * np.log(p) + (1 - y) * np.log(1 - p))).sum() / w.sum()
-    return {
+    out = {
         "labels": float(len(labels)),
         "log_loss": float(loss),
         "ece": expected_calibration_error(p, y),
-        "auroc": weighted_auroc(p, y, w),
         "mean_confidence": float((w * p).sum() / w.sum()),
         "accuracy": float((w * y).sum() / w.sum()),
     }
+    auroc = weighted_auroc(p, y, w)
+    if not math.isnan(auroc):  # one class only: no ranking to score
+        out["auroc"] = auroc
+    return out
 
 
 class Calibrator:

@@ -31,10 +31,10 @@ went out).
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.stats import beta
 
 from guards.risk.bounds import min_labels_for
@@ -151,11 +151,11 @@ def _starts(n_eff: np.ndarray, needed: int) -> list[int]:
 
 
 def choose_threshold(
-    scores: Sequence[float],
-    correct: Sequence[bool],
+    scores: ArrayLike,
+    correct: ArrayLike,
     target: RiskTarget,
     *,
-    weights: Sequence[float] | None = None,
+    weights: ArrayLike | None = None,
 ) -> ThresholdChoice:
     """The lowest threshold whose risk is certified ≤ ``target.risk`` at ``target.confidence``
     by fixed-sequence testing down the grid; None when no sequence certifies any (too few

@@ -171,3 +171,16 @@ def _resolve_review(
 def _export_reviews(format: str, status: str | None) -> _Request:
     params = {"format": format, **({"status": status} if status else {})}
     return _Request("GET", "/v1/reviews/export", params, is_text=True)
+
+
+def _feedback(answer_id: str, rating: str, comment: str) -> _Request:
+    body = {"rating": rating, "comment": comment}
+    return _Request("POST", f"/v1/answers/{quote(answer_id)}/feedback", json=body)
+
+
+def _risk_status() -> _Request:
+    return _Request("GET", "/v1/reviews/risk/collections")
+
+
+def _refit(index: str) -> _Request:
+    return _Request("POST", f"/v1/reviews/risk/collections/{quote(index)}/refit")

@@ -19,15 +19,18 @@ from rag.client.http import (
     _claim_review,
     _delete_document,
     _export_reviews,
+    _feedback,
     _file_parts,
     _get_review,
     _headers,
     _index_params,
     _list_reviews,
     _read,
+    _refit,
     _release_review,
     _Request,
     _resolve_review,
+    _risk_status,
     _SSEParser,
 )
 from rag.types import AskEvent, Result
@@ -170,6 +173,25 @@ class Client:
         text: str = self._send(_export_reviews(format, status))
         return text
 
+    # Feedback and risk control
+
+    def feedback(self, answer_id: str, rating: str, *, comment: str = "") -> dict[str, Any]:
+        """Thumbs ``up`` or ``down`` on an answer (its ``request_id``, or a grounded OpenAI
+        response's ``id``), with an optional comment (an app key)."""
+        result: dict[str, Any] = self._send(_feedback(answer_id, rating, comment))
+        return result
+
+    def risk_status(self) -> list[dict[str, Any]]:
+        """Per collection: labels, calibration version, certified threshold, risk and bound,
+        coverage (a reviewer key)."""
+        result: list[dict[str, Any]] = self._send(_risk_status())
+        return result
+
+    def refit_calibration(self, index: str) -> dict[str, Any]:
+        """Refit one collection's calibration now and report before/after (an admin key)."""
+        result: dict[str, Any] = self._send(_refit(index))
+        return result
+
 
 class AsyncClient:
     """Asynchronous client with the same methods as ``Client``, awaited."""
@@ -293,3 +315,17 @@ class AsyncClient:
     async def export_reviews(self, *, format: str = "jsonl", status: str | None = None) -> str:
         text: str = await self._send(_export_reviews(format, status))
         return text
+
+    # Feedback and risk control
+
+    async def feedback(self, answer_id: str, rating: str, *, comment: str = "") -> dict[str, Any]:
+        result: dict[str, Any] = await self._send(_feedback(answer_id, rating, comment))
+        return result
+
+    async def risk_status(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = await self._send(_risk_status())
+        return result
+
+    async def refit_calibration(self, index: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._send(_refit(index))
+        return result

@@ -156,7 +156,7 @@ class RiskControl:
     def _certify(self, model: Recalibration, labels: list[Label]) -> ThresholdChoice:
         assert self.target is not None
         return certify(
-            list(model.scores(labels)),
+            model.scores(labels),
             [lb.correct for lb in labels],
             self.target,
             weights=[lb.weight for lb in labels],

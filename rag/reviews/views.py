@@ -72,6 +72,14 @@ class ReviewOut(BaseModel):
     request_id: str
     ratings: list[RatingOut]
     is_gold: bool | None = None
+    kind: str | None = Field(
+        None,
+        description="admins only: flagged (the policy asked for a person) or audit (an answer "
+        "that went out, sampled for an unbiased label); reviewers judge both alike",
+    )
+    propensity: float | None = Field(
+        None, description="admins only: the probability with which the item was sampled"
+    )
     audit: list[AuditOut] | None = None
     escalated_by: str | None = Field(
         None, description="who escalated the item (they may not claim it back)"
@@ -129,6 +137,8 @@ class ReviewOut(BaseModel):
                 for r in item.ratings
             ],
             is_gold=(item.gold_id is not None) if show_gold else None,
+            kind=item.kind if show_gold else None,
+            propensity=item.propensity if show_gold else None,
             escalated_by=item.escalated_by,
             escalated_to=item.escalated_to,
             audit=None

@@ -26,7 +26,7 @@ from rag.server.auth import KeyStore, Role, log_protection, require
 from rag.server.disconnect import ClientDisconnected
 from rag.server.loop_lag import start_loop_lag_monitor
 from rag.server.request_log import RequestLog
-from rag.server.routers import ask, documents, health, keys, metrics, openai, reviews
+from rag.server.routers import answers, ask, documents, health, keys, metrics, openai, reviews
 from rag.server.state import ServerState
 from rag.server.utf8 import Utf8JsonBodies
 from rag.settings import Settings
@@ -39,6 +39,7 @@ def _load(state: ServerState) -> None:
     # One owner of the review store: the lifespan's, which reviewers use while the model loads.
     pipeline = Pipeline.from_settings(state.settings, require_index=False, reviews=state.reviews)
     state.telemetry.watch_engine(pipeline.engine.stats)
+    state.telemetry.watch_risk(pipeline.risk.status)
     state.pipeline = pipeline
 
 
@@ -126,6 +127,7 @@ def create_app(
         state.reviews = pipeline.reviews.store if pipeline else own_reviews
         if pipeline is not None:
             state.telemetry.watch_engine(pipeline.engine.stats)
+            state.telemetry.watch_risk(pipeline.risk.status)
         # Load in the background so that /healthz and /readyz answer while the model loads.
         task = None if state.pipeline else asyncio.create_task(_load_in_background(state))
         lag_monitor = start_loop_lag_monitor(state.telemetry.loop_lag.observe)
@@ -161,6 +163,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(metrics.router)
     app.include_router(ask.router, dependencies=[Depends(require(Role.APP))])
+    app.include_router(answers.router)
     app.include_router(openai.router, dependencies=[Depends(require(Role.APP))])
     app.include_router(documents.router, dependencies=[Depends(require(Role.ADMIN))])
     app.include_router(reviews.router)

@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 
 from engine.llm_engine import EngineStats
 from guards import Action
+from rag.reviews.risk import CollectionRisk
 from rag.types import AskEvent, ResultEvent, TokenEvent
 
 PREFIX = "ragguard:"
@@ -83,6 +84,34 @@ class _EngineCollector(Collector):
         )
 
 
+_RISK_GAUGES = (
+    ("risk_labels", "reviewer labels of the collection (flagged and audit)", "labels"),
+    ("risk_calibration_version", "the collection's calibration version in force (0: shipped)",
+     "calibration_version"),
+    ("risk_threshold", "the certified answer threshold (absent: not calibrated)", "threshold"),
+    ("risk_estimate", "the labels' estimate of the risk at the threshold", "risk_estimate"),
+    ("risk_bound", "its upper confidence bound (at most the target risk)", "risk_bound"),
+    ("risk_coverage", "share of labelled questions the threshold answers", "coverage"),
+)  # fmt: skip
+
+
+class _RiskCollector(Collector):
+    """Each collection's labels, calibration and certified threshold, read when scraped."""
+
+    def __init__(self, status: Callable[[], list[CollectionRisk]]):
+        self.status = status
+
+    def collect(self) -> Iterator[Metric]:
+        rows = [r.as_dict() for r in self.status()]
+        for name, doc, key in _RISK_GAUGES:
+            family = GaugeMetricFamily(PREFIX + name, doc, labels=["index", "profile"])
+            for row in rows:
+                value = row.get(key)
+                if isinstance(value, int | float):
+                    family.add_metric([str(row["index"]), str(row["profile"])], float(value))
+            yield family
+
+
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(PREFIX + name, doc, value=value)
 
@@ -106,6 +135,7 @@ class Telemetry:
     decisions: Counter = field(init=False)
     guard_outcomes: Counter = field(init=False)
     reviews_queued: Counter = field(init=False)
+    feedback: Counter = field(init=False)
 
     def __post_init__(self) -> None:
         r = self.registry
@@ -140,6 +170,9 @@ class Telemetry:
         self.reviews_queued = Counter(
             PREFIX + "review_items_queued", "answers queued for human review", registry=r
         )
+        self.feedback = Counter(
+            PREFIX + "feedback", "end-user feedback on answers", ["index", "rating"], registry=r
+        )
 
     def _histogram(self, name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
         return Histogram(PREFIX + name, doc, buckets=buckets, registry=self.registry)
@@ -147,6 +180,10 @@ class Telemetry:
     def watch_engine(self, stats: Callable[[], EngineStats | None]) -> None:
         """Expose the engine's gauges and counters (once, when the engine is loaded)."""
         self.registry.register(_EngineCollector(stats, lambda: self.load))
+
+    def watch_risk(self, status: Callable[[], list[CollectionRisk]]) -> None:
+        """Expose each collection's risk control (once, when the pipeline is loaded)."""
+        self.registry.register(_RiskCollector(status))
 
     async def track(
         self, events: AsyncIterator[AskEvent], arrival: float, slot_wait_s: float

@@ -15,6 +15,7 @@ from guards.risk import (
     Label,
     LabelKind,
     Recalibration,
+    RiskMode,
     RiskTarget,
     binomial_upper_bound,
     choose_threshold,
@@ -24,7 +25,7 @@ from guards.risk.bounds import weighted_upper_bound
 from guards.risk.thresholds import GRID
 
 
-def test_clopper_pearson_against_known_values():
+def test_clopper_pearson_against_known_values() -> None:
     # No errors in n: 1 - alpha ** (1 / n) exactly.
     assert binomial_upper_bound(0, 10, 0.95) == pytest.approx(1 - 0.05 ** (1 / 10), abs=1e-12)
     # 2 of 20 wrong: the two-sided 95 % Clopper-Pearson interval is (0.0123, 0.3170).
@@ -36,7 +37,7 @@ def test_clopper_pearson_against_known_values():
         binomial_upper_bound(3, 2, 0.9)
 
 
-def test_equal_weights_change_nothing_and_spread_weights_widen_the_bound():
+def test_equal_weights_change_nothing_and_spread_weights_widen_the_bound() -> None:
     wrong = ([True] * 2 + [False] * 23) * 2  # 8 % wrong in each half
     plain = weighted_upper_bound(wrong, [1.0] * 50, 0.9)
     doubled = weighted_upper_bound(wrong, [2.0] * 50, 0.9)
@@ -47,7 +48,7 @@ def test_equal_weights_change_nothing_and_spread_weights_widen_the_bound():
     assert spread[1] > plain[1]
 
 
-def _brute_force(scores, correct, target):
+def _brute_force(scores: np.ndarray, correct: np.ndarray, target: RiskTarget) -> float | None:
     """The rule written out plainly: fixed-sequence Clopper-Pearson tests down the grid from
     each start, every sequence at its Bonferroni share of the error budget."""
     s, y = np.asarray(scores), np.asarray(correct, dtype=bool)
@@ -55,10 +56,13 @@ def _brute_force(scores, correct, target):
     if len(s) < needed:
         return None
 
-    def labels_behind(t):  # selective: the labels the threshold answers; conformal: all
+    def labels_behind(
+        t: float,
+    ) -> int:  # selective: the labels the threshold answers; conformal: all
         return int((s >= t).sum()) if target.mode == "selective" else len(s)
 
-    starts, count = [], needed
+    starts: list[int] = []
+    count = needed
     while len(starts) < 6 and any(labels_behind(t) >= count for t in GRID):
         first = next(i for i, t in enumerate(GRID) if labels_behind(t) >= count)
         if first not in starts:
@@ -81,12 +85,12 @@ def _brute_force(scores, correct, target):
 @pytest.mark.parametrize("mode", ["selective", "conformal"])
 @pytest.mark.parametrize("risk", [0.05, 0.1, 0.2])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_threshold_rule_matches_a_brute_force_check(mode, risk, seed):
+def test_threshold_rule_matches_a_brute_force_check(mode: str, risk: float, seed: int) -> None:
     rng = np.random.default_rng(seed)
     n = int(rng.integers(60, 600))
     scores = np.round(rng.uniform(0, 1, n), 3)
     correct = rng.random(n) < scores**0.7
-    target = RiskTarget(risk, 0.9, mode)
+    target = RiskTarget(risk, 0.9, RiskMode(mode))
     choice = choose_threshold(scores, correct, target)
     assert choice.threshold == _brute_force(scores, correct, target)
     if choice.calibrated:
@@ -94,7 +98,7 @@ def test_threshold_rule_matches_a_brute_force_check(mode, risk, seed):
         assert choice.estimate is not None and choice.estimate <= choice.bound
 
 
-def test_too_few_labels_is_not_calibrated_and_says_so():
+def test_too_few_labels_is_not_calibrated_and_says_so() -> None:
     choice = choose_threshold([0.99] * 20, [True] * 20, RiskTarget(0.05))
     assert not choice.calibrated
     assert choice.reason.startswith("not_calibrated: 20 labels")
@@ -102,7 +106,7 @@ def test_too_few_labels_is_not_calibrated_and_says_so():
     assert choice.coverage == 0.0
 
 
-def test_a_confidence_that_knows_nothing_certifies_nothing_at_a_low_risk():
+def test_a_confidence_that_knows_nothing_certifies_nothing_at_a_low_risk() -> None:
     rng = np.random.default_rng(3)
     scores = rng.uniform(0, 1, 500)
     correct = rng.random(500) < 0.5  # right half the time, whatever the score says
@@ -110,7 +114,7 @@ def test_a_confidence_that_knows_nothing_certifies_nothing_at_a_low_risk():
     assert not choice.calibrated and choice.reason.startswith("not_calibrated: no threshold")
 
 
-def test_the_guarantee_holds_on_synthetic_deployments():
+def test_the_guarantee_holds_on_synthetic_deployments() -> None:
     """Labels and new questions from one population: the realised risk among answered new
     questions stays at most the target in at least 90 % of deployments."""
     rng = np.random.default_rng(7)
@@ -127,13 +131,14 @@ def test_the_guarantee_holds_on_synthetic_deployments():
         answered_any += 1
         new = rng.uniform(0, 1, 20000)
         ok = rng.random(20000) < new**0.25
+        assert choice.threshold is not None
         out = new >= choice.threshold
         held += int((~ok[out]).mean() <= target.risk)
     assert answered_any > trials // 2
     assert held / trials >= 0.9
 
 
-def _synthetic_labels(n, shift, seed=0, weights=False):
+def _synthetic_labels(n: int, shift: float, seed: int = 0, weights: bool = False) -> list[Label]:
     rng = np.random.default_rng(seed)
     labels = []
     for i in range(n):
@@ -147,7 +152,7 @@ def _synthetic_labels(n, shift, seed=0, weights=False):
     return labels
 
 
-def test_the_calibrator_recovers_a_known_intercept():
+def test_the_calibrator_recovers_a_known_intercept() -> None:
     model = Calibrator().fit(_synthetic_labels(3000, shift=1.0))
     assert model.stage == "offsets"
     assert model.intercept == pytest.approx(1.0, abs=0.2)
@@ -155,7 +160,7 @@ def test_the_calibrator_recovers_a_known_intercept():
     assert all(abs(w) < 0.15 for w in model.offsets.values())  # the signals carry nothing here
 
 
-def test_how_many_labels_move_what():
+def test_how_many_labels_move_what() -> None:
     calibrator = Calibrator(CalibrationRule())
     labels = _synthetic_labels(200, shift=-1.5)
     assert calibrator.fit(labels[:9]).is_identity
@@ -168,13 +173,13 @@ def test_how_many_labels_move_what():
     assert set(calibrator.fit(labels).offsets) == {"a", "b"}
 
 
-def test_feedback_is_never_fitted():
+def test_feedback_is_never_fitted() -> None:
     labels = _synthetic_labels(50, shift=0.0)
     feedback = [Label(False, 0.9, {}, kind=LabelKind.FEEDBACK, id=f"f{i}") for i in range(500)]
     assert Calibrator().fit(labels) == Calibrator().fit(labels + feedback)
 
 
-def test_a_refit_that_is_worse_on_held_back_labels_is_refused():
+def test_a_refit_that_is_worse_on_held_back_labels_is_refused() -> None:
     calibrator = Calibrator()
     truth = _synthetic_labels(400, shift=1.0, seed=5)
     current = calibrator.fit(truth, version=1)
@@ -194,7 +199,7 @@ def test_a_refit_that_is_worse_on_held_back_labels_is_refused():
     assert better.current.metrics["held_back_labels"] == better.held_back
 
 
-def test_inverse_propensity_weights_enter_the_fit():
+def test_inverse_propensity_weights_enter_the_fit() -> None:
     labels = _synthetic_labels(300, shift=0.5, weights=True)
     weighted = Calibrator().fit(labels)
     unweighted = Calibrator().fit(
@@ -203,14 +208,14 @@ def test_inverse_propensity_weights_enter_the_fit():
     assert weighted != unweighted
 
 
-def test_a_recalibration_survives_json():
+def test_a_recalibration_survives_json() -> None:
     model = Calibrator().fit(_synthetic_labels(150, shift=0.3), version=4, now=12.5)
     again = Recalibration.from_json(model.to_json())
     assert again == model
     assert again.apply(0.6, {"a": 1.0}) == model.apply(0.6, {"a": 1.0})
 
 
-def test_bad_labels_and_targets_are_refused():
+def test_bad_labels_and_targets_are_refused() -> None:
     with pytest.raises(ValueError):
         Label(True, 0.5, propensity=0.0)
     with pytest.raises(ValueError):
@@ -220,4 +225,4 @@ def test_bad_labels_and_targets_are_refused():
     with pytest.raises(ValueError):
         RiskTarget(0.1, 1.0)
     with pytest.raises(ValueError):
-        RiskTarget(0.1, mode="sometimes")
+        RiskTarget(0.1, mode="sometimes")  # type: ignore[arg-type]

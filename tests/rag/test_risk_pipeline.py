@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,8 +26,11 @@ QUESTIONS = [
 ]
 
 
+Make = Callable[..., Pipeline]
+
+
 @pytest.fixture
-def make(tmp_path: Path, fake_demo_index_template: Path) -> Iterator:
+def make(tmp_path: Path, fake_demo_index_template: Path) -> Iterator[Make]:
     made: list[Pipeline] = []
 
     def build(**overrides: object) -> Pipeline:
@@ -52,7 +55,7 @@ def _everything_answered(pipe: Pipeline) -> None:
     pipe.checker.policy = Policy(abstain_below=0.0, review_below=0.0, review_on_failure=())
 
 
-def test_audit_items_are_drawn_at_the_configured_rate(make) -> None:
+def test_audit_items_are_drawn_at_the_configured_rate(make: Make) -> None:
     pipe = make(audit_rate=0.3, audit_seed=11)
     _everything_answered(pipe)
     asked = [f"{q} (variant {i})" for i in range(8) for q in QUESTIONS]
@@ -69,7 +72,7 @@ def test_audit_items_are_drawn_at_the_configured_rate(make) -> None:
     assert audited.profile == "smollm2-135m"
 
 
-def test_a_collections_own_rate_wins(make) -> None:
+def test_a_collections_own_rate_wins(make: Make) -> None:
     pipe = make(audit_rate=0.0, audit_rates={"demo": 1.0})
     _everything_answered(pipe)
     result = pipe.ask(QUESTIONS[0])
@@ -77,7 +80,7 @@ def test_a_collections_own_rate_wins(make) -> None:
     assert item.kind == "audit" and item.request_id == result.request_id
 
 
-def test_nothing_is_answered_automatically_until_labels_certify_a_threshold(make) -> None:
+def test_nothing_is_answered_automatically_until_labels_certify_a_threshold(make: Make) -> None:
     pipe = make(target_risk=0.1, audit_rate=0.0, calibrate_every=0)
     assert pipe.checker is not None
     pipe.checker.policy = Policy(abstain_below=0.0, review_below=0.0)
@@ -105,7 +108,7 @@ def test_nothing_is_answered_automatically_until_labels_certify_a_threshold(make
     assert own.decision == "review"
 
 
-def test_a_background_refit_is_swapped_in_and_survives_a_restart(make) -> None:
+def test_a_background_refit_is_swapped_in_and_survives_a_restart(make: Make) -> None:
     pipe = make(calibrate_every=20, audit_rate=0.0)
     _everything_answered(pipe)
     first = pipe.ask(QUESTIONS[1])

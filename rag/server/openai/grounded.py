@@ -46,6 +46,7 @@ class GroundedJob:
     model: str
     include_usage: bool
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    """The request id (so the response id names the answer for feedback), else a fresh one."""
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property

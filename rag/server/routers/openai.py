@@ -127,7 +127,12 @@ async def completions(
                 param="prompt",
             )
         options = _grounded_options(body, body.max_tokens, logprobs=body.logprobs is not None)
-        job = GroundedJob(chat=False, model=GROUNDED_MODEL, include_usage=body.include_usage)
+        job = GroundedJob(
+            chat=False,
+            model=GROUNDED_MODEL,
+            include_usage=body.include_usage,
+            id=request.state.request_id,
+        )
         return await answer_grounded(
             request, pipeline, state, job, prompts[0], options, arrival, body
         )
@@ -173,7 +178,12 @@ async def chat_completions(
                 param="messages",
             )
         options = _grounded_options(body, max_tokens, logprobs=body.logprobs)
-        job = GroundedJob(chat=True, model=GROUNDED_MODEL, include_usage=body.include_usage)
+        job = GroundedJob(
+            chat=True,
+            model=GROUNDED_MODEL,
+            include_usage=body.include_usage,
+            id=request.state.request_id,
+        )
         return await answer_grounded(
             request, pipeline, state, job, users[-1], options, arrival, body
         )

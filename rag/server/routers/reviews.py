@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import asdict
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query
@@ -22,7 +23,7 @@ from rag.server.review_schemas import (
     StatsOut,
 )
 from rag.server.schemas import MAX_OFFSET, ErrorOut
-from rag.server.state import KeysDep, ReviewsDep
+from rag.server.state import KeysDep, PipelineDep, ReviewsDep
 
 router = APIRouter(prefix="/v1/reviews", tags=["reviews"])
 Reviewer = Annotated[Principal, Depends(require(Role.REVIEWER))]
@@ -203,3 +204,18 @@ def rate(item_id: str, body: RateIn, store: ReviewsDep, who: Reviewer) -> Review
     """A second opinion on a resolved item: ratings for inter-reviewer agreement."""
     item = store.rate(item_id, who.name, body.ratings.to_ratings(body.comment))
     return _out(store, item, who, audit=True)
+
+
+@router.get("/risk/collections", responses=_ERRORS)
+def risk_status(pipeline: PipelineDep, who: Reviewer) -> list[dict[str, Any]]:
+    """Per collection: labels so far, the calibration in force, and (with a target risk) the
+    certified threshold, the risk it is estimated at with its upper bound, and the coverage."""
+    return [r.as_dict() for r in pipeline.risk.status()]
+
+
+@router.post("/risk/collections/{index}/refit", responses=_ERRORS)
+def refit(index: str, pipeline: PipelineDep, who: Admin) -> dict[str, Any]:
+    """Refit one collection's calibration from its labels now (as the background refit does);
+    the new version is swapped in only when it is no worse on the held-back labels."""
+    report = pipeline.risk.refit(index)
+    return {**asdict(report), "status": pipeline.risk.state(index, fresh=True).as_dict()}
