@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from guards.review.backend import Database
@@ -25,6 +25,7 @@ class CalibrationVersion:
     version: int
     created_at: float
     labels: int
+    """Labels there were when it was refitted."""
     accepted: bool
     model: Recalibration
     report: dict[str, Any]
@@ -73,11 +74,7 @@ class CalibrationBook:
                 (index_name, profile),
             ).fetchone() or (0,)
             version = int(newest) + 1
-            stored = Recalibration.from_json(model.to_json())
-            stored = Recalibration(
-                stored.intercept, stored.slope, stored.offsets, version, stored.labels,
-                stored.stage, stored.created_at, stored.metrics,
-            )  # fmt: skip
+            stored = replace(model, version=version)
             cur.execute(
                 "INSERT INTO calibrations VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -85,7 +82,7 @@ class CalibrationBook:
                     profile,
                     version,
                     self.clock(),
-                    model.labels,
+                    model.seen,
                     int(accepted),
                     stored.to_json(),
                     json.dumps(report, default=str),

@@ -15,10 +15,11 @@ it away in steps, each step only once enough labels exist to pin it down (``Cali
    would take it, at 1,000 about nine tenths.
 
 Labels weigh 1 / propensity (audited answers stand for all that went out), normalised to sum to
-the number of labels so that the penalties are in units of labels. A refit is fitted once on all
-but the held-back labels (a fixed fifth, chosen by a hash of each label's id, so the same label
-is always held back) and compared there with the version in force: one that scores a worse log
-loss there is refused. An accepted refit is then fitted on every label.
+the number of labels so that the penalties are in units of labels. A refit is fitted on all but
+the held-back labels (a fixed fifth, chosen by a hash of each label's id, so the same label is
+always held back) and compared there with the version in force: one that scores a worse log
+loss there is refused. No version is ever fitted on a held-back label, so they stay a fair test
+of every version (the stages count the labels a version is fitted on).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -85,6 +86,9 @@ class Recalibration:
     """What moved: shipped, intercept, slope or offsets."""
     created_at: float = 0.0
     metrics: dict[str, float | str] = field(default_factory=dict)
+    seen: int = 0
+    """Labels there were when it was refitted, held-back ones included (the next refit is due
+    ``calibrate_every`` labels later)."""
 
     @property
     def is_identity(self) -> bool:
@@ -233,14 +237,13 @@ class Calibrator:
         version: int,
         now: float = 0.0,
     ) -> RefitOutcome:
-        """A new version from ``labels``, or the current one kept when the new one, fitted
-        without the held-back labels, scores a worse log loss on them."""
+        """A new version fitted on ``labels`` but the held-back ones, or the current one kept
+        when the new one scores a worse log loss on those."""
         labels = self.fittable(labels)
         held = [lb for i, lb in enumerate(labels) if self.is_held_back(lb, i)]
         train = [lb for i, lb in enumerate(labels) if not self.is_held_back(lb, i)]
-        trial = self.fit(train, version=version, now=now)
-        before, after = evaluate(current, held), evaluate(trial, held)
-        final = self.fit(labels, version=version, now=now)
+        final = self.fit(train, version=version, now=now)
+        before, after = evaluate(current, held), evaluate(final, held)
         if len(held) < self.rule.min_held_back or len({lb.correct for lb in held}) < 2:
             reason = f"accepted: {len(held)} held-back labels, too few (or one-sided) to compare"
             accepted = True
@@ -258,10 +261,8 @@ class Calibrator:
             accepted = True
         if accepted:
             metrics: dict[str, float | str] = {f"held_back_{k}": v for k, v in after.items()}
-            final = Recalibration(
-                final.intercept, final.slope, final.offsets, version, final.labels,
-                final.stage, now, metrics,
-            )  # fmt: skip
+            final = replace(final, metrics=metrics)
+        final = replace(final, seen=len(labels))
         return RefitOutcome(
             accepted, final if accepted else current, final, before, after, len(held), reason
         )

@@ -326,10 +326,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--yes", action="store_true", help="delete without asking")
     p.set_defaults(func=cmd_index)
 
+    from rag.cli.calibrate import add_parsers as add_calibrate_parsers
     from rag.cli.eval import add_parsers as add_eval_parsers
     from rag.cli.review import add_parsers
 
     add_parsers(sub)
+    add_calibrate_parsers(sub)
     add_eval_parsers(sub)
     return parser
 

@@ -69,6 +69,7 @@ class CollectionRisk:
             "calibration_version": self.model.version,
             "calibration_stage": self.model.stage,
             "calibrated_on": self.model.labels,
+            "labels_at_refit": self.model.seen,
             "labels": self.counts.reviewed,
             "flagged_labels": self.counts.flagged,
             "audit_labels": self.counts.audit,
@@ -193,7 +194,7 @@ class RiskControl:
         every = self.settings.calibrate_every
         if self._executor is None or every <= 0:
             return
-        if state.counts.reviewed - state.model.labels < every:
+        if state.counts.reviewed - state.model.seen < every:
             return
         with self._lock:
             running = self._refits.get(state.index)

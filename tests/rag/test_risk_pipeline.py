@@ -125,6 +125,7 @@ def test_a_background_refit_is_swapped_in_and_survives_a_restart(make: Make) -> 
     pipe.risk.wait_for_refits(timeout=60)
     in_force = store.calibrations.in_force("demo", "smollm2-135m")
     assert in_force is not None and in_force.version == 1 and in_force.labels == 40
+    assert in_force.model.seen == 40 and in_force.model.labels < 40  # held-back: never fitted
     calibrated = pipe.ask(QUESTIONS[1] + "?")
     assert calibrated.confidence == pytest.approx(0.5, abs=0.12)  # right half the time
     pipe.close()
