@@ -13,6 +13,8 @@ write lock up front, waiting up to ``busy_timeout_s``), while its readers never 
 from __future__ import annotations
 
 import re
+import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -75,6 +77,21 @@ def database_url(url: str | Path) -> str:
     return f"sqlite:///{path}"
 
 
+def _enter_wal(dbapi_conn: Any, timeout_s: float) -> None:
+    """``PRAGMA journal_mode=WAL``, retried while another connection holds the file's lock:
+    SQLite answers the switch with "database is locked" at once, without waiting as other
+    statements do (servers opening one new database together hit it)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            dbapi_conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 class Database:
     """A pooled SQLAlchemy engine; ``dialect`` is ``sqlite`` or ``postgresql``."""
 
@@ -124,7 +141,7 @@ class Database:
             # pysqlite's own transaction handling is off: we say when transactions begin.
             dbapi_conn.isolation_level = None
             # WAL: readers never block the writer; FULL: a commit is on disk when COMMIT returns.
-            dbapi_conn.execute("PRAGMA journal_mode=WAL")
+            _enter_wal(dbapi_conn, busy_timeout_s)
             dbapi_conn.execute("PRAGMA synchronous=FULL")
             dbapi_conn.execute("PRAGMA foreign_keys=ON")
 

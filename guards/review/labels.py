@@ -19,7 +19,7 @@ from guards.review.errors import InvalidReviewError, ItemNotFoundError
 from guards.review.models import Resolution, ReviewItem
 from guards.risk import Label, LabelKind
 
-_LABEL_COLUMNS = "id, correct, confidence, signals, propensity, kind, created_at"
+_LABEL_COLUMNS = "id, correct, confidence, signals, propensity, kind, created_at, uniform"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +77,8 @@ def verdict_label(cur: Cursor, item: ReviewItem, actor: str, now: float) -> bool
     if confidence is None or not item.index_name:
         return False
     cur.execute(
-        "INSERT INTO labels (item_id, index_name, profile, kind, correct, propensity, "
-        "confidence, signals, actor, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "INSERT INTO labels (item_id, index_name, profile, kind, correct, propensity, uniform, "
+        "confidence, signals, actor, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (item_id) DO NOTHING",
         (
             item.id,
@@ -87,6 +87,7 @@ def verdict_label(cur: Cursor, item: ReviewItem, actor: str, now: float) -> bool
             item.kind,
             int(item.resolution is Resolution.APPROVE),
             item.propensity,
+            int(item.uniform),
             min(max(float(confidence), 0.0), 1.0),
             json.dumps(item.signals),
             actor,
@@ -120,6 +121,7 @@ class LabelBook:
                 kind=LabelKind(r[5]),
                 id=str(r[0]),
                 created_at=float(r[6]),
+                uniform=bool(r[7]),
             )
             for r in rows
         ]

@@ -99,10 +99,13 @@ class NewItem:
     index_version: str = ""
     request_id: str = ""
     kind: str = "flagged"
-    """``flagged`` (the policy asked for a person) or ``audit`` (an answer that went out,
-    sampled at the audit rate to give unbiased labels)."""
+    """``flagged`` (the policy asked for a person) or ``audit`` (drawn at the audit rate,
+    whatever the policy decided, to give unbiased labels)."""
     propensity: float = 1.0
     """The probability with which this answer was sent to a person."""
+    uniform: bool = False
+    """Drawn independently of its confidence (an audit draw, or any answer while nothing is
+    answered automatically): only such labels certify a risk threshold."""
     signals: dict[str, float] = field(default_factory=dict)
     """The confidence model's inputs, kept so the verdict can recalibrate it."""
     shipped_confidence: float | None = None
@@ -155,6 +158,7 @@ class ReviewItem:
     """The reviewer it was escalated to; None with ``escalated_by`` set: to the admins."""
     kind: str = "flagged"
     propensity: float = 1.0
+    uniform: bool = False
     signals: dict[str, float] = field(default_factory=dict)
     shipped_confidence: float | None = None
     profile: str = ""

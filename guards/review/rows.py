@@ -13,7 +13,7 @@ COLUMNS = (
     "id, question, answer, candidates, passages, guard_results, confidence, reasons, priority, "
     "created_at, deadline, status, assignee, claim_expires_at, resolution, edited_answer, "
     "resolved_by, resolved_at, index_name, index_version, request_id, gold_id, escalated_by, "
-    "escalated_to, kind, propensity, signals, shipped_confidence, profile"
+    "escalated_to, kind, propensity, signals, shipped_confidence, profile, uniform"
 )
 """The columns of ``review_items`` in the order ``item_from_row`` reads them."""
 RATING_COLUMNS = "item_id, reviewer, relevance, fluency, usefulness, comment, created_at"
@@ -99,6 +99,7 @@ def item_from_row(row: tuple[Any, ...], now: float, ratings: list[Rating]) -> Re
         signals=json.loads(row[26]),
         shipped_confidence=row[27],
         profile=row[28],
+        uniform=bool(row[29]),
     )
 
 

@@ -107,8 +107,8 @@ class ReviewStore:
             "INSERT INTO review_items (id, created_at, status, question, answer, payload, "
             "candidates, passages, guard_results, reasons, confidence, priority, deadline, "
             "index_name, index_version, request_id, gold_id, kind, propensity, signals, "
-            "shipped_confidence, profile) "
-            "VALUES (?, ?, 'pending', ?, ?, '{}', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "shipped_confidence, profile, uniform) "
+            f"VALUES (?, ?, 'pending', ?, ?, '{{}}', {', '.join('?' * 17)})",
             (
                 item_id,
                 now,
@@ -130,6 +130,7 @@ class ReviewStore:
                 json.dumps(new.signals),
                 new.shipped_confidence,
                 new.profile,
+                int(new.uniform),
             ),
         )
         insert_audit(cur, item_id, SYSTEM, "created", None, {"status": "pending"}, now)

@@ -15,7 +15,7 @@ class LabelKind(enum.StrEnum):
     FLAGGED = "flagged"
     """A reviewer's verdict on an answer the policy sent to a person."""
     AUDIT = "audit"
-    """A reviewer's verdict on an answer that went out, sampled at the audit rate."""
+    """A reviewer's verdict on an answer drawn at the audit rate, whatever the policy decided."""
     FEEDBACK = "feedback"
     """An end user's thumbs up or down."""
 
@@ -37,6 +37,10 @@ class Label:
     kind: LabelKind = LabelKind.FLAGGED
     id: str = ""
     created_at: float = 0.0
+    uniform: bool = False
+    """Sent to a reviewer independently of its confidence (an audit draw, or any answer while
+    no threshold was in force): the labels with this set are a uniform sample of the questions,
+    and only they certify a risk threshold (exact Clopper-Pearson, no weights needed)."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.propensity <= 1.0:

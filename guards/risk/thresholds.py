@@ -156,6 +156,7 @@ def choose_threshold(
     target: RiskTarget,
     *,
     weights: ArrayLike | None = None,
+    noun: str = "labels",
 ) -> ThresholdChoice:
     """The lowest threshold whose risk is certified ≤ ``target.risk`` at ``target.confidence``
     by fixed-sequence testing down the grid; None when no sequence certifies any (too few
@@ -171,7 +172,7 @@ def choose_threshold(
     if len(s) < needed:
         return ThresholdChoice(
             target, None, None, None, 0.0, len(s),
-            f"not_calibrated: {len(s)} labels, {target.describe()} needs at least {needed}",
+            f"not_calibrated: {len(s)} {noun}, {target.describe()} needs at least {needed}",
         )  # fmt: skip
     estimate, n_eff, coverage = _curves(s, bad, w, target.mode)
     starts = _starts(n_eff, needed)
@@ -189,7 +190,7 @@ def choose_threshold(
         at = f" (bound {bound[starts[0]]:.3f} at threshold {GRID[starts[0]]:.3f})" if starts else ""
         return ThresholdChoice(
             target, None, None, None, 0.0, len(s),
-            f"not_calibrated: no threshold meets {target.describe()} on {len(s)} labels{at}",
+            f"not_calibrated: no threshold meets {target.describe()} on {len(s)} {noun}{at}",
         )  # fmt: skip
     return ThresholdChoice(
         target,
@@ -199,5 +200,5 @@ def choose_threshold(
         float(coverage[passed]),
         len(s),
         f"risk {estimate[passed]:.3f} (bound {bound[passed]:.3f}) at threshold "
-        f"{GRID[passed]:.3f} on {len(s)} labels: {target.describe()}",
+        f"{GRID[passed]:.3f} on {len(s)} {noun}: {target.describe()}",
     )

@@ -155,12 +155,15 @@ class RiskControl:
         )
 
     def _certify(self, model: Recalibration, labels: list[Label]) -> ThresholdChoice:
+        """The threshold the uniform labels certify (a uniform sample of the questions: plain
+        Clopper-Pearson, no weights); the others only refit the calibration."""
         assert self.target is not None
+        uniform = [lb for lb in labels if lb.uniform]
         return certify(
-            model.scores(labels),
-            [lb.correct for lb in labels],
+            model.scores(uniform),
+            [lb.correct for lb in uniform],
             self.target,
-            weights=[lb.weight for lb in labels],
+            noun="uniform labels (audit draws, and every answer while none was answered)",
         )
 
     def calibrated(self, index: str, confidence: float, signals: Mapping[str, float]) -> float:
@@ -182,8 +185,17 @@ class RiskControl:
             threshold_note=f"risk threshold {choice.threshold:.3f}: {self.target.describe()}",
         )
 
+    def is_cold(self, index: str) -> bool:
+        """A target risk with no certified threshold: every checked answer goes to a person,
+        and so every label is a uniform one."""
+        if self.target is None:
+            return False
+        choice = self.state(index).choice
+        return choice is not None and choice.threshold is None
+
     def draw_audit(self, index: str) -> float | None:
-        """Whether to audit an answer that goes out: its propensity when drawn, else None."""
+        """The audit draw, made for every checked answer whatever the policy decided: the audit
+        rate when drawn, else None."""
         rate = self.audit_rate(index)
         with self._lock:
             drawn = rate > 0 and self._rng.random() < rate

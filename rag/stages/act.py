@@ -56,17 +56,22 @@ class ActStage:
         return await asyncio.shield(asyncio.to_thread(self._act, result, version, checked))
 
     def _act(self, result: Result, version: str, checked: Checked) -> Result:
+        """A flagged answer goes to a person; every checked answer is also drawn for an audit
+        at the collection's rate (so the audited ones are a uniform sample), and while nothing
+        is answered automatically every one of them is reviewed (uniform too)."""
         shipped = checked.shipped_confidence
+        drawn = self.risk.draw_audit(result.index)
+        cold = self.risk.is_cold(result.index)
         review_id: str | None = None
         if result.decision is Action.REVIEW:
-            review_id = self._queue(result, version, shipped, "flagged", 1.0)
+            review_id = self._queue(result, version, shipped, "flagged", 1.0, drawn or cold)
             result = replace(result, review_id=review_id)
-        elif result.decision is Action.ANSWER:
-            propensity = self.risk.draw_audit(result.index)
-            if propensity is not None:
-                audit_id = self._queue(result, version, shipped, "audit", propensity)
-                logger.info("answer %s audited as review item %s", result.request_id, audit_id)
-        else:
+        elif drawn is not None or cold:
+            # Audited: the user gets the answer (or the abstention) as decided.
+            propensity = 1.0 if cold else float(drawn or 1.0)
+            audit_id = self._queue(result, version, shipped, "audit", propensity, True)
+            logger.info("answer %s audited as review item %s", result.request_id, audit_id)
+        if result.decision is Action.ABSTAIN:
             return result
         self.reviews.store.labels.record_answer(
             AnswerRecord(
@@ -84,7 +89,13 @@ class ActStage:
         return result
 
     def _queue(
-        self, result: Result, version: str, shipped: float | None, kind: str, propensity: float
+        self,
+        result: Result,
+        version: str,
+        shipped: float | None,
+        kind: str,
+        propensity: float,
+        uniform: object,
     ) -> str:
         item = self.reviews.store.add(
             NewItem(
@@ -100,6 +111,7 @@ class ActStage:
                 request_id=result.request_id,
                 kind=kind,
                 propensity=propensity,
+                uniform=bool(uniform),
                 signals=dict(result.confidence_signals),
                 shipped_confidence=shipped,
                 profile=self.risk.profile,

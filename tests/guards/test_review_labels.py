@@ -5,6 +5,7 @@ from before the labels table are carried over."""
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -35,8 +36,8 @@ def _item(i: int, *, kind: str = "flagged", propensity: float = 1.0) -> NewItem:
 
 def label_scenario(store: ReviewStore, clock: Clock) -> None:
     flagged = store.add(_item(1))
-    audited = store.add(_item(2, kind="audit", propensity=0.05))
-    assert (audited.kind, audited.propensity) == ("audit", 0.05)
+    audited = store.add(replace(_item(2, kind="audit", propensity=0.05), uniform=True))
+    assert (audited.kind, audited.propensity, audited.uniform) == ("audit", 0.05, True)
     assert audited.signals == {"grounding": pytest.approx(0.2), "token_prob": -0.2}
     for item, action in ((flagged, Resolution.REJECT), (audited, Resolution.APPROVE)):
         store.claim(item.id, "ann")
@@ -46,9 +47,9 @@ def label_scenario(store: ReviewStore, clock: Clock) -> None:
     store.claim(escalated.id, "ann")
     store.resolve(escalated.id, "ann", Resolution.ESCALATE)  # no verdict yet: no label
     labels = store.labels.labels("docs", "smollm2-135m")
-    assert [(lb.correct, lb.kind, lb.propensity) for lb in labels] == [
-        (False, LabelKind.FLAGGED, 1.0),
-        (True, LabelKind.AUDIT, 0.05),
+    assert [(lb.correct, lb.kind, lb.propensity, lb.uniform) for lb in labels] == [
+        (False, LabelKind.FLAGGED, 1.0, False),
+        (True, LabelKind.AUDIT, 0.05, True),
     ]
     assert labels[0].confidence == pytest.approx(0.41)  # the shipped confidence, not 0.51
     assert labels[1].weight == pytest.approx(20.0)

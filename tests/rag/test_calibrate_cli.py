@@ -23,7 +23,7 @@ def _labelled(data_dir: Path, n: int, shift: float) -> None:
         right = rng.random() < 1 / (1 + math.exp(-(math.log(c / (1 - c)) + shift)))
         item = store.add(NewItem(f"q{i}?", "a.", confidence=c, shipped_confidence=c,
                                  signals={"grounding": rng.gauss(0, 1)}, index_name="docs",
-                                 profile="smollm2-135m"))  # fmt: skip
+                                 profile="smollm2-135m", uniform=True))  # fmt: skip
         store.claim(item.id, "ann")
         store.resolve(item.id, "ann", Resolution.APPROVE if right else Resolution.REJECT)
     store.close()

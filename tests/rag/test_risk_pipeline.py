@@ -50,6 +50,11 @@ def make(tmp_path: Path, fake_demo_index_template: Path) -> Iterator[Make]:
         pipe.close()
 
 
+def store_kind(pipe: Pipeline, item_id: str) -> tuple[str, bool]:
+    item = pipe.reviews.store.get(item_id)
+    return item.kind, item.uniform
+
+
 def _everything_answered(pipe: Pipeline) -> None:
     assert pipe.checker is not None
     pipe.checker.policy = Policy(abstain_below=0.0, review_below=0.0, review_on_failure=())
@@ -65,7 +70,7 @@ def test_audit_items_are_drawn_at_the_configured_rate(make: Make) -> None:
     expected = sum(draw.random() < 0.3 for _ in results)
     items, total = pipe.reviews.store.list_items(limit=100)
     assert total == expected and 0 < expected < len(results)
-    assert all(i.kind == "audit" and i.propensity == 0.3 for i in items)
+    assert all(i.kind == "audit" and i.propensity == 0.3 and i.uniform for i in items)
     assert {i.request_id for i in items} <= {r.request_id for r in results}
     audited = items[0]
     assert audited.shipped_confidence is not None and audited.signals
@@ -86,7 +91,8 @@ def test_nothing_is_answered_automatically_until_labels_certify_a_threshold(make
     pipe.checker.policy = Policy(abstain_below=0.0, review_below=0.0)
     result = pipe.ask(QUESTIONS[0])
     assert result.decision == "review" and result.review_id
-    assert result.decision_reasons[0].startswith("not_calibrated: 0 labels")
+    assert result.decision_reasons[0].startswith("not_calibrated: 0 uniform labels")
+    assert store_kind(pipe, result.review_id) == ("flagged", True)  # cold: every one reviewed
     store = pipe.reviews.store
     # 120 verdicts on answers like this one (the same shipped confidence): all of them right.
     item = store.get(result.review_id)
@@ -94,7 +100,7 @@ def test_nothing_is_answered_automatically_until_labels_certify_a_threshold(make
         new = store.add(
             NewItem(f"q{i}?", "a [1].", confidence=item.confidence,
                     shipped_confidence=item.shipped_confidence, signals=item.signals,
-                    index_name="demo", profile="smollm2-135m")
+                    index_name="demo", profile="smollm2-135m", uniform=True)
         )  # fmt: skip
         store.claim(new.id, "ann")
         store.resolve(new.id, "ann", Resolution.APPROVE)

@@ -1,15 +1,16 @@
 """labels, audit items, delivered answers, end-user feedback and calibration versions
 
 Review items gain what the risk control needs: ``kind`` (``flagged`` by the policy, or
-``audit``: an answer that went out, sampled at the audit rate), the ``propensity`` with which it
-was sent to a person, the confidence ``signals`` and the ``shipped_confidence`` (before any
-per-collection calibration) and the generator ``profile``. Every verdict on a non-gold item
-becomes a row of ``labels``; the verdicts given before this revision are carried over (their
-confidence was the shipped one; their signals were not kept). ``answers`` records each checked
-answer (for feedback by its id), ``feedback`` the end users' thumbs, and ``calibrations`` /
-``calibration_in_force`` the versions of each collection's calibration and the one in force
-(swapped in by one update, so a crash between writing a version and swapping it in leaves the
-old one in force).
+``audit``: an answer drawn at the audit rate whatever the policy decided), the ``propensity``
+with which it was sent to a person, whether it was drawn ``uniform``-ly (independently of its
+confidence: an audit draw, or any answer while nothing is answered automatically), the
+confidence ``signals``, the ``shipped_confidence`` (before any per-collection calibration) and
+the generator ``profile``. Every verdict on a non-gold item becomes a row of ``labels``; the
+verdicts given before this revision are carried over (their confidence was the shipped one;
+their signals were not kept). ``answers`` records each checked answer (for feedback by its id),
+``feedback`` the end users' thumbs, and ``calibrations`` / ``calibration_in_force`` the versions
+of each collection's calibration and the one in force (swapped in by one update, so a crash
+between writing a version and swapping it in leaves the old one in force).
 
 Revision ID: 0006
 Revises: 0005
@@ -29,6 +30,7 @@ depends_on = None
 COLUMNS = [
     ("kind", "TEXT NOT NULL DEFAULT 'flagged'"),
     ("propensity", "DOUBLE PRECISION NOT NULL DEFAULT 1.0"),
+    ("uniform", "INTEGER NOT NULL DEFAULT 0"),
     ("signals", "TEXT NOT NULL DEFAULT '{}'"),
     ("shipped_confidence", "DOUBLE PRECISION"),
     ("profile", "TEXT NOT NULL DEFAULT ''"),
@@ -51,6 +53,7 @@ def upgrade() -> None:
             kind TEXT NOT NULL,
             correct INTEGER NOT NULL,
             propensity DOUBLE PRECISION NOT NULL,
+            uniform INTEGER NOT NULL,
             confidence DOUBLE PRECISION NOT NULL,
             signals TEXT NOT NULL,
             actor TEXT NOT NULL,
@@ -59,10 +62,10 @@ def upgrade() -> None:
     )
     cur.execute("CREATE INDEX labels_by_collection ON labels(index_name, profile, id)")
     cur.execute(
-        "INSERT INTO labels (item_id, index_name, profile, kind, correct, propensity, "
+        "INSERT INTO labels (item_id, index_name, profile, kind, correct, propensity, uniform, "
         "confidence, signals, actor, created_at) "
         "SELECT id, index_name, profile, 'flagged', "
-        "CASE WHEN status = 'approved' THEN 1 ELSE 0 END, 1.0, confidence, '{}', "
+        "CASE WHEN status = 'approved' THEN 1 ELSE 0 END, 1.0, 0, confidence, '{}', "
         "resolved_by, resolved_at FROM review_items "
         "WHERE status IN ('approved', 'edited', 'rejected') AND gold_id IS NULL "
         "AND confidence IS NOT NULL AND index_name <> '' AND resolved_at IS NOT NULL "
