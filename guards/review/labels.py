@@ -57,6 +57,8 @@ class LabelCounts:
     profile: str
     flagged: int = 0
     audit: int = 0
+    uniform: int = 0
+    """Reviewer labels drawn independently of their confidence (those that certify)."""
     helpful: int = 0
     """End-user feedback: thumbs up."""
     unhelpful: int = 0
@@ -130,11 +132,14 @@ class LabelBook:
         """Labels and feedback per collection (every collection that has either)."""
         found: dict[tuple[str, str], dict[str, int]] = {}
         with self.db.read() as cur:
-            for index, profile, kind, n in cur.execute(
-                "SELECT index_name, profile, kind, COUNT(*) FROM labels "
-                "GROUP BY index_name, profile, kind"
+            for index, profile, kind, uniform, n in cur.execute(
+                "SELECT index_name, profile, kind, uniform, COUNT(*) FROM labels "
+                "GROUP BY index_name, profile, kind, uniform"
             ).fetchall():
-                found.setdefault((index, profile), {})[kind] = int(n)
+                counts = found.setdefault((index, profile), {})
+                counts[kind] = counts.get(kind, 0) + int(n)
+                if uniform:
+                    counts["uniform"] = counts.get("uniform", 0) + int(n)
             for index, profile, helpful, n in cur.execute(
                 "SELECT index_name, profile, helpful, COUNT(*) FROM feedback "
                 "GROUP BY index_name, profile, helpful"

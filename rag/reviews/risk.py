@@ -73,6 +73,7 @@ class CollectionRisk:
             "labels": self.counts.reviewed,
             "flagged_labels": self.counts.flagged,
             "audit_labels": self.counts.audit,
+            "uniform_labels": self.counts.uniform,
             "feedback_helpful": self.counts.helpful,
             "feedback_unhelpful": self.counts.unhelpful,
             "audit_rate": self.audit_rate,
@@ -267,12 +268,13 @@ class RiskControl:
         with self._lock:
             self._cache.pop(index, None)
 
-    def status(self) -> list[CollectionRisk]:
-        """Every collection of this profile that has labels or a calibration."""
+    def status(self, *, fresh: bool = False) -> list[CollectionRisk]:
+        """Every collection of this profile that has labels or a calibration (``fresh``: read
+        now, not from the last ``calibration_refresh_s``)."""
         indexes = {c.index_name for c in self.store.labels.counts() if c.profile == self.profile}
         with self._lock:
             indexes |= set(self._cache)
-        return [self.state(i) for i in sorted(indexes)]
+        return [self.state(i, fresh=fresh) for i in sorted(indexes)]
 
     def in_force(self, index: str) -> CalibrationVersion | None:
         return self.store.calibrations.in_force(index, self.profile)

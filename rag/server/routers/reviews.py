@@ -210,7 +210,7 @@ def rate(item_id: str, body: RateIn, store: ReviewsDep, who: Reviewer) -> Review
 def risk_status(pipeline: PipelineDep, who: Reviewer) -> list[dict[str, Any]]:
     """Per collection: labels so far, the calibration in force, and (with a target risk) the
     certified threshold, the risk it is estimated at with its upper bound, and the coverage."""
-    return [r.as_dict() for r in pipeline.risk.status()]
+    return [r.as_dict() for r in pipeline.risk.status(fresh=True)]
 
 
 @router.post("/risk/collections/{index}/refit", responses=_ERRORS)

@@ -104,6 +104,37 @@ async function loadQueue() {
   renderQueue();
 }
 
+// Each collection's labels, calibration in force and certified threshold (GET .../risk/collections).
+async function loadRisk() {
+  let rows;
+  try {
+    rows = await api("GET", "/v1/reviews/risk/collections");
+  } catch (err) {
+    $("#risk-note").textContent = safeText(err.message);
+    return;
+  }
+  const pct = (x) => (x == null ? "–" : `${(100 * x).toFixed(1)} %`);
+  const body = $("#risk tbody");
+  body.replaceChildren();
+  for (const r of rows) {
+    const target = r.target_risk == null;
+    const threshold = target ? "fixed" : r.threshold == null ? "not calibrated" : r.threshold.toFixed(3);
+    const risk = r.risk_estimate == null ? "–" : `${pct(r.risk_estimate)} (≤ ${pct(r.risk_bound)})`;
+    const row = el("tr", {},
+      el("td", { textContent: r.index }),
+      el("td", { textContent: `${r.labels} (${r.uniform_labels} uniform)` }),
+      el("td", { textContent: `v${r.calibration_version} ${r.calibration_stage}` }),
+      el("td", { textContent: threshold, className: r.threshold == null && !target ? "bad" : "" }),
+      el("td", { textContent: risk }),
+      el("td", { textContent: pct(r.coverage) }));
+    row.title = safeText(r.reason || "no target risk: the fixed thresholds decide");
+    body.append(row);
+  }
+  $("#risk-note").textContent = rows.length
+    ? safeText(rows.find((r) => r.reason)?.reason ?? "")
+    : "no labels yet";
+}
+
 function renderQueue() {
   const list = $("#items");
   list.replaceChildren();
@@ -229,6 +260,7 @@ async function act(path, body) {
   state.item = await api("POST", `/v1/reviews/${encodeURIComponent(id)}/${path}`, body);
   renderItem();
   await loadQueue();
+  await loadRisk();
 }
 
 const actions = {
@@ -345,6 +377,7 @@ async function start() {
   $("#reviewer").placeholder = `${me.name} (${me.role})`;
   await loadQueue();
   if (state.item) renderItem();
+  await loadRisk();
 }
 
 bind();
