@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Audit draws are random (5 % of answers by default): off unless a test sets a rate (and a seed),
+# so that no other test finds an audit item it did not ask for in its queue.
+os.environ.setdefault("RAGGUARD_AUDIT_RATE", "0")
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
