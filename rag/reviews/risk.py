@@ -21,7 +21,7 @@ from pathlib import Path
 
 from engine.model_profiles import DEFAULT_PROFILE, PROFILES
 from guards import Policy
-from guards.review import ReviewStore
+from guards.review import ItemNotFoundError, ReviewStore
 from guards.review.calibrations import CalibrationVersion
 from guards.review.labels import LabelCounts
 from guards.risk import Calibrator, Label, Recalibration, RiskMode, RiskTarget, ThresholdChoice
@@ -236,6 +236,11 @@ class RiskControl:
         current = self.store.calibrations.in_force(index, self.profile)
         model = current.model if current is not None else Recalibration()
         labels = self.calibrator.fittable(self.store.labels.labels(index, self.profile))
+        if not labels:
+            raise ItemNotFoundError(
+                f"index {index!r} has no reviewer labels for profile {self.profile}: "
+                "nothing to calibrate"
+            )
         outcome = self.calibrator.refit(labels, model, version=0, now=time.time())
         report = {
             "reason": outcome.reason,

@@ -50,9 +50,9 @@ def test_calibrate_prints_before_and_after_and_swaps_the_version_in(
     assert report["after"]["log_loss"] <= report["before"]["log_loss"] + 1e-9
 
 
-def test_calibrate_with_no_labels_keeps_the_shipped_confidence(
+def test_calibrate_without_labels_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["calibrate", "--index", "empty", "--data-dir", str(tmp_path / "d")]) == 0
-    printed = capsys.readouterr().out
-    assert "0 labels" in printed and "in force: version 1 (shipped" in printed
+    assert main(["calibrate", "--index", "empty", "--data-dir", str(tmp_path / "d")]) != 0
+    said = capsys.readouterr().err
+    assert "index 'empty' has no reviewer labels for profile smollm2-135m" in said

@@ -112,3 +112,5 @@ def test_the_risk_status_a_refit_by_hand_and_the_metrics(client: TestClient) -> 
         assert report["status"]["calibration_version"] == 2
     metrics = client.get("/metrics").text
     assert 'ragguard:risk_labels{index="demo",profile="smollm2-135m"} 30.0' in metrics
+    unknown = client.post("/v1/reviews/risk/collections/nowhere/refit")
+    assert unknown.status_code == 404 and "no reviewer labels" in unknown.json()["detail"]

@@ -16,7 +16,7 @@ from rag.server.state import ReviewsDep, StateDep
 router = APIRouter(prefix="/v1/answers", tags=["feedback"])
 App = Annotated[Principal, Depends(require(Role.APP))]
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorOut} for code in (401, 403, 404, 422, 503)
+    code: {"model": ErrorOut} for code in (400, 401, 403, 404, 422, 503)
 }
 _RESPONSE_PREFIXES = ("chatcmpl-", "cmpl-")
 
