@@ -79,8 +79,10 @@ class Frozen:
     model: Recalibration
     choice: ThresholdChoice
     position: int
-    audits: int
-    flagged: int
+    added: int
+    """Audit items that went out as answers: what auditing added to the reviewers' queue."""
+    queued: int
+    """Every item queued for a reviewer so far."""
 
 
 @dataclass(slots=True)
@@ -95,6 +97,7 @@ class Cell:
     prior_auroc: list[float] = field(default_factory=list)
     prior_ece: list[float] = field(default_factory=list)
     audit_share: list[float] = field(default_factory=list)
+    """Audit items added to the queue per question asked so far."""
 
 
 def load_items(run_dir: Path, prior: ConfidenceModel | None) -> list[Item]:
@@ -124,7 +127,7 @@ def replay(
     model = Recalibration()
     choice = choose_threshold([], [], target)
     frozen: dict[int, Frozen] = {}
-    audits = flagged = 0
+    added = queued = 0
     for position, index in enumerate(order):
         item = items[index]
         score = model.apply(item.confidence, item.signals)
@@ -134,11 +137,11 @@ def replay(
         if cold or drawn:  # a uniform label: drawn whatever its confidence
             propensity = audit_rate if answered else 1.0
             kind, uniform = (LabelKind.FLAGGED if cold else LabelKind.AUDIT), True
-            audits += 0 if cold else 1
-            flagged += 1 if cold else 0
+            added += int(answered)
+            queued += 1
         elif not answered:  # flagged by the threshold: every one of them is reviewed
             propensity, kind, uniform = 1.0, LabelKind.FLAGGED, False
-            flagged += 1
+            queued += 1
         else:
             continue
         labels.append(
@@ -152,7 +155,7 @@ def replay(
             model.scores(uniform_labels), [lb.correct for lb in uniform_labels], target
         )
         if len(labels) in KS:
-            frozen[len(labels)] = Frozen(model, choice, position, audits, flagged)
+            frozen[len(labels)] = Frozen(model, choice, position, added, queued)
             if len(labels) == max(KS):
                 break
     return frozen
@@ -181,8 +184,7 @@ def judge_rest(
         cell.prior_auroc.append(weighted_auroc(prior, y, ones))
     cell.ece.append(expected_calibration_error(scores, y))
     cell.prior_ece.append(expected_calibration_error(prior, y))
-    queue = state.audits + state.flagged
-    cell.audit_share.append(state.audits / queue if queue else 0.0)
+    cell.audit_share.append(state.added / (state.position + 1))
     return prior, y
 
 
@@ -319,6 +321,16 @@ def markdown(results: list[dict[str, object]], args: argparse.Namespace) -> str:
                 f"| {res['set']} | {fixed['threshold']:.2f} | {_f(fixed['coverage'])} | "
                 f"{_f(fixed['median_risk'])} | {_f(fixed['breaks_0.1'])} |"
             )
+    shares = []
+    for res in results:
+        rows = res["rows"]  # type: ignore[index]
+        worst = max((r["audit_share"] for r in rows), default=0.0)  # type: ignore[union-attr]
+        shares.append(f"{res['set']} {worst:.3f}")
+    lines += [
+        "",
+        "audit items added to the reviewers' queue per question asked (the largest mean over "
+        f"the cells; rate {args.audit_rate}): " + ", ".join(shares),
+    ]
     return "\n".join(lines)
 
 
