@@ -150,7 +150,7 @@ def replay(
         )  # fmt: skip
         if every > 0 and len(labels) - model.seen >= every:
             model = calibrator.refit(labels, model, version=model.version + 1).current
-        uniform_labels = [lb for lb in labels if lb.uniform]
+        uniform_labels = calibrator.certifying(labels, model)
         choice = choose_threshold(
             model.scores(uniform_labels), [lb.correct for lb in uniform_labels], target
         )

@@ -179,6 +179,22 @@ class Calibrator:
         digest = hashlib.sha256(key.encode()).digest()
         return int.from_bytes(digest[:4], "big") / 2**32 < self.rule.held_back
 
+    def certifying(self, labels: Sequence[Label], model: Recalibration) -> list[Label]:
+        """The uniform labels that may certify a threshold on ``model``'s scores: all of them
+        while the model only shifts and scales the shipped log-odds (that keeps every answer's
+        rank, so the labels it was fitted on judge its thresholds as fairly as any), but once
+        signal offsets re-rank the answers, only those it was not fitted on: the held-back
+        ones and those that arrived after its refit (``labels`` oldest first, as the store
+        and the refit order them)."""
+        labels = self.fittable(labels)
+        if model.stage != "offsets":
+            return [lb for lb in labels if lb.uniform]
+        return [
+            lb
+            for i, lb in enumerate(labels)
+            if lb.uniform and (i >= model.seen or self.is_held_back(lb, i))
+        ]
+
     def stage_for(self, count: int) -> str:
         r = self.rule
         if count >= r.offsets_from:

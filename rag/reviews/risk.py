@@ -157,9 +157,10 @@ class RiskControl:
 
     def _certify(self, model: Recalibration, labels: list[Label]) -> ThresholdChoice:
         """The threshold the uniform labels certify (a uniform sample of the questions: plain
-        Clopper-Pearson, no weights); the others only refit the calibration."""
+        Clopper-Pearson, no weights; ``Calibrator.certifying``); the others only refit the
+        calibration."""
         assert self.target is not None
-        uniform = [lb for lb in labels if lb.uniform]
+        uniform = self.calibrator.certifying(labels, model)
         return certify(
             model.scores(uniform),
             [lb.correct for lb in uniform],

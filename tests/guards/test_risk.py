@@ -226,3 +226,21 @@ def test_bad_labels_and_targets_are_refused() -> None:
         RiskTarget(0.1, 1.0)
     with pytest.raises(ValueError):
         RiskTarget(0.1, mode="sometimes")  # type: ignore[arg-type]
+
+
+def test_only_labels_a_re_ranking_model_never_saw_certify_its_thresholds() -> None:
+    calibrator = Calibrator()
+    labels = [
+        Label(lb.correct, lb.confidence, lb.signals, id=lb.id, uniform=i % 2 == 0)
+        for i, lb in enumerate(_synthetic_labels(300, shift=0.5))
+    ]
+    shifted = calibrator.fit(labels[:60])  # intercept and slope: every answer keeps its rank
+    assert shifted.stage == "slope"
+    assert calibrator.certifying(labels, shifted) == [lb for lb in labels if lb.uniform]
+    outcome = calibrator.refit(labels[:200], Recalibration(), version=1)
+    reranking = outcome.current
+    assert reranking.stage == "offsets" and reranking.seen == 200
+    certifying = calibrator.certifying(labels, reranking)
+    fitted = {lb.id for i, lb in enumerate(labels[:200]) if not calibrator.is_held_back(lb, i)}
+    assert certifying and all(lb.uniform and lb.id not in fitted for lb in certifying)
+    assert {lb.id for lb in labels[200:] if lb.uniform} <= {lb.id for lb in certifying}
