@@ -4,8 +4,9 @@ and the grounded OpenAI response id; the per-collection status and a refit by ha
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+import asyncio
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -16,6 +17,8 @@ from rag.server import create_app
 from tests.server_state import review_store, server_state
 
 if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
     from rag.pipeline import Pipeline
 
 QUESTION = "What does a KV cache avoid recomputing?"
@@ -114,3 +117,30 @@ def test_the_risk_status_a_refit_by_hand_and_the_metrics(client: TestClient) -> 
     assert 'ragguard:risk_labels{index="demo",profile="smollm2-135m"} 30.0' in metrics
     unknown = client.post("/v1/reviews/risk/collections/nowhere/refit")
     assert unknown.status_code == 404 and "no reviewer labels" in unknown.json()["detail"]
+
+
+def test_the_sdk_gives_feedback_and_reads_the_risk_status(
+    fake_pipeline: Pipeline, live_server: Callable[[ASGIApp], str]
+) -> None:
+    from rag.client import AsyncClient, Client
+    from rag.errors import NotFoundError
+
+    assert fake_pipeline.checker is not None
+    fake_pipeline.checker.policy = Policy(abstain_below=0.0, review_below=0.0)
+    url = str(live_server(create_app(pipeline=fake_pipeline)))
+    with Client(url) as client:
+        result = client.ask(QUESTION)
+        given = client.feedback(result.request_id, "down", comment="wrong year")
+        assert given["rating"] == "down" and given["comment"] == "wrong year"
+        with pytest.raises(NotFoundError, match="no answer has id 'unknown'"):
+            client.feedback("unknown", "up")
+        (status,) = client.risk_status()  # the collection asked, with its feedback
+        assert status["labels"] == 0 and status["feedback_unhelpful"] == 1  # no reviewer label
+        with pytest.raises(NotFoundError, match="no reviewer labels"):
+            client.refit_calibration("demo")
+
+    async def in_async() -> dict[str, Any]:
+        async with AsyncClient(url) as client:
+            return await client.feedback(result.request_id, "up")
+
+    assert asyncio.run(in_async())["rating"] == "up"
