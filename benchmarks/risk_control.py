@@ -127,7 +127,7 @@ def replay(
     model = Recalibration()
     choice = choose_threshold([], [], target)
     frozen: dict[int, Frozen] = {}
-    added = queued = 0
+    added = queued = refit_from = 0
     for position, index in enumerate(order):
         item = items[index]
         score = model.apply(item.confidence, item.signals)
@@ -144,12 +144,14 @@ def replay(
             queued += 1
         else:
             continue
+        now = float(position)
         labels.append(
             Label(item.correct, item.confidence, item.signals, propensity, kind, str(index),
-                  uniform=uniform)
+                  created_at=now, uniform=uniform, drawn_at=now)
         )  # fmt: skip
-        if every > 0 and len(labels) - model.seen >= every:
-            model = calibrator.refit(labels, model, version=model.version + 1).current
+        if every > 0 and len(labels) - refit_from >= every:  # refused or not, due again later
+            model = calibrator.refit(labels, model, version=model.version + 1, now=now).current
+            refit_from = len(labels)
         uniform_labels = calibrator.certifying(labels, model)
         choice = choose_threshold(
             model.scores(uniform_labels), [lb.correct for lb in uniform_labels], target

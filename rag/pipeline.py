@@ -389,7 +389,7 @@ class Pipeline:
             ],
             verification=verification,
         )
-        return await self.act.act(result, retrieval.version, checked)
+        return await self.act.act(result, retrieval.version, judged)
 
     def _reviewed(self, ask: _Ask, reviewed: CachedAnswer, passages: list[Passage]) -> Result:
         """A reviewer's approved (or edited) answer to this question on this index version."""

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from sqlalchemy.exc import IntegrityError
+
 from guards.review.backend import Database
 from guards.review.errors import ItemNotFoundError
 from guards.risk import Recalibration
@@ -48,6 +50,17 @@ class CalibrationBook:
             ).fetchone()
         return None if row is None else _version(row)
 
+    def newest(self, index_name: str, profile: str) -> CalibrationVersion | None:
+        """The newest version written, in force or refused (the next refit is due from it)."""
+        with self.db.read() as cur:
+            row = cur.execute(
+                "SELECT index_name, profile, version, created_at, labels, accepted, model, report "
+                "FROM calibrations WHERE index_name = ? AND profile = ? "
+                "ORDER BY version DESC LIMIT 1",
+                (index_name, profile),
+            ).fetchone()
+        return None if row is None else _version(row)
+
     def history(self, index_name: str, profile: str) -> list[CalibrationVersion]:
         with self.db.read() as cur:
             rows = cur.execute(
@@ -66,7 +79,25 @@ class CalibrationBook:
         accepted: bool,
         report: dict[str, Any],
     ) -> int:
-        """Store a new version (not yet in force); its number (one more than the newest)."""
+        """Store a new version (not yet in force); its number (one more than the newest).
+        Two writers at once (servers sharing the database): the one that loses the number
+        takes the next."""
+        for attempt in range(5):
+            try:
+                return self._write(index_name, profile, model, accepted, report)
+            except IntegrityError:
+                if attempt == 4:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _write(
+        self,
+        index_name: str,
+        profile: str,
+        model: Recalibration,
+        accepted: bool,
+        report: dict[str, Any],
+    ) -> int:
         with self.db.transaction() as cur:
             (newest,) = cur.execute(
                 "SELECT COALESCE(MAX(version), 0) FROM calibrations "

@@ -19,7 +19,10 @@ from guards.review.errors import InvalidReviewError, ItemNotFoundError
 from guards.review.models import Resolution, ReviewItem
 from guards.risk import Label, LabelKind
 
-_LABEL_COLUMNS = "id, correct, confidence, signals, propensity, kind, created_at, uniform"
+_LABEL_COLUMNS = (
+    "l.id, l.correct, l.confidence, l.signals, l.propensity, l.kind, l.created_at, l.uniform, "
+    "COALESCE(r.created_at, l.created_at)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +113,8 @@ class LabelBook:
         """Every reviewer label of one collection and generator profile, oldest first."""
         with self.db.read() as cur:
             rows = cur.execute(
-                f"SELECT {_LABEL_COLUMNS} FROM labels WHERE index_name = ? AND profile = ? "
-                "ORDER BY id",
+                f"SELECT {_LABEL_COLUMNS} FROM labels l LEFT JOIN review_items r "
+                "ON r.id = l.item_id WHERE l.index_name = ? AND l.profile = ? ORDER BY l.id",
                 (index_name, profile),
             ).fetchall()
         return [
@@ -124,9 +127,24 @@ class LabelBook:
                 id=str(r[0]),
                 created_at=float(r[6]),
                 uniform=bool(r[7]),
+                drawn_at=float(r[8]),
             )
             for r in rows
         ]
+
+    def first_waiting_draw(self, index_name: str, profile: str) -> float | None:
+        """When the oldest uniform draw still waiting for a verdict was queued (None: none
+        waits). Uniform labels drawn after it do not certify yet: reviewers take items in
+        priority order, so the verdicts that came back first are not a uniform sample of the
+        draws."""
+        with self.db.read() as cur:
+            row = cur.execute(
+                "SELECT MIN(created_at) FROM review_items WHERE index_name = ? AND profile = ? "
+                "AND uniform = 1 AND gold_id IS NULL "
+                "AND status IN ('pending', 'claimed', 'escalated')",
+                (index_name, profile),
+            ).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
 
     def counts(self) -> list[LabelCounts]:
         """Labels and feedback per collection (every collection that has either)."""
@@ -199,6 +217,8 @@ class LabelBook:
         """An end user's thumbs up (``helpful``) or down on a recorded answer, with a comment."""
         if len(comment) > 2000:
             raise InvalidReviewError("a feedback comment has at most 2000 characters")
+        if "\x00" in comment:
+            raise InvalidReviewError("a feedback comment may not contain NUL characters")
         now = self.clock()
         with self.db.transaction() as cur:
             row = cur.execute(
@@ -206,14 +226,10 @@ class LabelBook:
             ).fetchone()
             if row is None:
                 raise ItemNotFoundError(f"no answer has id {answer_id!r}")
-            cur.execute(
-                "INSERT INTO feedback (answer_id, index_name, profile, helpful, comment, actor, "
-                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (answer_id, row[0], row[1], int(helpful), comment.strip(), actor, now),
-            )
             (feedback_id,) = cur.execute(
-                "SELECT MAX(id) FROM feedback WHERE answer_id = ? AND actor = ?",
-                (answer_id, actor),
+                "INSERT INTO feedback (answer_id, index_name, profile, helpful, comment, actor, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                (answer_id, row[0], row[1], int(helpful), comment.strip(), actor, now),
             ).fetchone() or (0,)
         return Feedback(
             int(feedback_id), answer_id, row[0], row[1], helpful, comment.strip(), actor, now

@@ -61,6 +61,9 @@ class CalibrationRule:
     """A weak pull of the intercept toward 0 (keeps it finite when every label agrees)."""
     slope_prior: float = 10.0
     """Pull of the slope toward 1, in labels."""
+    min_slope: float = 0.1
+    """A fitted slope below this (a confidence that orders answers the wrong way here) falls
+    back to the intercept alone: the calibration never reverses the shipped ranking."""
     held_back: float = 0.2
     min_held_back: int = 5
     """Fewer held-back labels than this: a refit is accepted without the comparison."""
@@ -131,14 +134,17 @@ class RefitOutcome:
 
 
 def weighted_auroc(scores: np.ndarray, correct: np.ndarray, weights: np.ndarray) -> float:
-    """P(a right answer scores above a wrong one), pairs weighted; ties count half."""
-    pos, neg = correct > 0.5, correct <= 0.5
-    if not pos.any() or not neg.any():
+    """P(a right answer scores above a wrong one), pairs weighted; ties count half. By ranks
+    (one sort), so any number of labels fits in memory."""
+    right = (correct > 0.5).astype(float)
+    w_pos, w_neg = weights * right, weights * (1.0 - right)
+    if w_pos.sum() <= 0 or w_neg.sum() <= 0:
         return float("nan")
-    sp, sn = scores[pos][:, None], scores[neg][None, :]
-    wp, wn = weights[pos][:, None], weights[neg][None, :]
-    wins = (sp > sn) + 0.5 * (sp == sn)
-    return float((wins * wp * wn).sum() / (wp.sum() * wn.sum()))
+    levels, group = np.unique(scores, return_inverse=True)
+    pos = np.bincount(group, weights=w_pos, minlength=len(levels))
+    neg = np.bincount(group, weights=w_neg, minlength=len(levels))
+    below = np.cumsum(neg) - neg  # wrong answers' weight scored strictly lower
+    return float((pos * (below + 0.5 * neg)).sum() / (w_pos.sum() * w_neg.sum()))
 
 
 def evaluate(model: Recalibration, labels: Sequence[Label]) -> dict[str, float]:
@@ -181,18 +187,18 @@ class Calibrator:
 
     def certifying(self, labels: Sequence[Label], model: Recalibration) -> list[Label]:
         """The uniform labels that may certify a threshold on ``model``'s scores: all of them
-        while the model only shifts and scales the shipped log-odds (that keeps every answer's
-        rank, so the labels it was fitted on judge its thresholds as fairly as any), but once
-        signal offsets re-rank the answers, only those it was not fitted on: the held-back
-        ones and those that arrived after its refit (``labels`` oldest first, as the store
-        and the refit order them)."""
+        while the model only shifts and scales the shipped log-odds (its slope is kept
+        positive, so every answer keeps its rank and the labels it was fitted on judge its
+        thresholds as fairly as any), but once signal offsets re-rank the answers, only those
+        it was not fitted on: the held-back ones and those given after it was fitted
+        (``created_at`` later than the model's)."""
         labels = self.fittable(labels)
         if model.stage != "offsets":
             return [lb for lb in labels if lb.uniform]
         return [
             lb
             for i, lb in enumerate(labels)
-            if lb.uniform and (i >= model.seen or self.is_held_back(lb, i))
+            if lb.uniform and (lb.created_at > model.created_at or self.is_held_back(lb, i))
         ]
 
     def stage_for(self, count: int) -> str:
@@ -205,10 +211,17 @@ class Calibrator:
             return "intercept"
         return "shipped"
 
-    def fit(self, labels: Sequence[Label], *, version: int = 0, now: float = 0.0) -> Recalibration:
+    def fit(
+        self,
+        labels: Sequence[Label],
+        *,
+        version: int = 0,
+        now: float = 0.0,
+        stage: str | None = None,
+    ) -> Recalibration:
         """The recalibration the rule allows for this many labels, fitted on all of them."""
         labels = self.fittable(labels)
-        stage = self.stage_for(len(labels))
+        stage = stage or self.stage_for(len(labels))
         if stage == "shipped":
             return Recalibration(version=version, labels=len(labels), created_at=now)
         r = self.rule
@@ -243,6 +256,8 @@ class Calibrator:
             deltas = coef[2:] / scale
             intercept -= float((deltas * centre).sum())
             offsets = {n: float(d) for n, d in zip(names, deltas, strict=True)}
+        if stage != "intercept" and slope < r.min_slope:
+            return self.fit(labels, version=version, now=now, stage="intercept")
         return Recalibration(intercept, slope, offsets, version, len(labels), stage, now)
 
     def refit(

@@ -41,6 +41,8 @@ class Label:
     """Sent to a reviewer independently of its confidence (an audit draw, or any answer while
     no threshold was in force): the labels with this set are a uniform sample of the questions,
     and only they certify a risk threshold (exact Clopper-Pearson, no weights needed)."""
+    drawn_at: float = 0.0
+    """When the answer was queued for a reviewer (``created_at``: when the verdict came)."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.propensity <= 1.0:

@@ -24,8 +24,9 @@ several sequences run, starting where n, 2n, 4n, … labels clear the threshold 
 could certify the risk at all, ``min_labels_for``; at most six), each at an equal share of the
 error budget 1 − confidence (a union bound), and the lowest threshold any of them certifies is
 used. The starts depend on the scores alone, never on the verdicts, so the guarantee holds.
-Labels are weighted by 1 / propensity (audit samples stand for every answer that
-went out).
+Labels may carry weights (Kish's effective sample size then enters the bound); the server
+certifies on uniform labels only, unweighted, where Clopper–Pearson is exact. The guarantee
+holds for each certification, made on the labels of that moment.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ class ThresholdChoice:
             "risk_estimate": self.estimate,
             "risk_bound": self.bound,
             "coverage": self.coverage,
-            "labels": self.labels,
+            "certifying_labels": self.labels,
             "reason": self.reason,
         }
 

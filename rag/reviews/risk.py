@@ -57,6 +57,16 @@ class CollectionRisk:
     """The certified threshold for the target risk (None: no target risk is set)."""
     audit_rate: float
     read_at: float
+    refit_from: int = 0
+    """Labels there were at the newest refit, accepted or refused (the next is due from it)."""
+    waiting_since: float | None = None
+    """When the oldest uniform draw still waiting for a verdict was queued."""
+
+    @property
+    def is_cold(self) -> bool:
+        """A target risk with no certified threshold: every checked answer goes to a person,
+        and so every label is a uniform one."""
+        return self.choice is not None and self.choice.threshold is None
 
     @property
     def version(self) -> int:
@@ -141,7 +151,9 @@ class RiskControl:
     def _read(self, index: str, now: float) -> CollectionRisk:
         version = self.store.calibrations.in_force(index, self.profile)
         model = version.model if version is not None else Recalibration()
+        newest = self.store.calibrations.newest(index, self.profile)
         labels = self.calibrator.fittable(self.store.labels.labels(index, self.profile))
+        waiting = self.store.labels.first_waiting_draw(index, self.profile)
         counts = next(
             (
                 c
@@ -150,17 +162,33 @@ class RiskControl:
             ),
             LabelCounts(index, self.profile),
         )
-        choice = self._certify(model, labels) if self.target is not None else None
+        choice = self._certify(model, labels, waiting) if self.target is not None else None
         return CollectionRisk(
-            index, self.profile, model, counts, choice, self.audit_rate(index), now
+            index,
+            self.profile,
+            model,
+            counts,
+            choice,
+            self.audit_rate(index),
+            now,
+            max(model.seen, newest.model.seen if newest is not None else 0),
+            waiting,
         )
 
-    def _certify(self, model: Recalibration, labels: list[Label]) -> ThresholdChoice:
+    def _certify(
+        self, model: Recalibration, labels: list[Label], waiting: float | None
+    ) -> ThresholdChoice:
         """The threshold the uniform labels certify (a uniform sample of the questions: plain
         Clopper-Pearson, no weights; ``Calibrator.certifying``); the others only refit the
-        calibration."""
+        calibration. Only draws queued before the oldest one still waiting for its verdict
+        count: reviewers take items in priority order, so the verdicts that came back first
+        are no uniform sample of the draws."""
         assert self.target is not None
-        uniform = self.calibrator.certifying(labels, model)
+        uniform = [
+            lb
+            for lb in self.calibrator.certifying(labels, model)
+            if waiting is None or lb.drawn_at < waiting
+        ]
         return certify(
             model.scores(uniform),
             [lb.correct for lb in uniform],
@@ -168,32 +196,23 @@ class RiskControl:
             noun="uniform labels (audit draws, and every answer while none was answered)",
         )
 
-    def calibrated(self, index: str, confidence: float, signals: Mapping[str, float]) -> float:
-        """The collection's confidence for an answer the shipped one scored ``confidence``."""
-        return self.state(index).model.apply(confidence, signals)
-
-    def policy(self, index: str, base: Policy) -> Policy:
+    def policy(self, state: CollectionRisk, base: Policy, *, own: bool = False) -> Policy:
         """``base`` with the collection's certified threshold (no target risk: ``base``). With a
-        target and no certified threshold, nothing is answered automatically."""
+        target and no certified threshold, nothing is answered automatically. ``own``: the
+        request set its own thresholds; they may be stricter than the certified one, never
+        looser."""
         if self.target is None:
             return base
-        choice = self.state(index).choice
+        choice = state.choice
         assert choice is not None
         if choice.threshold is None:
             return replace(base, not_calibrated=choice.reason)
+        threshold = max(choice.threshold, base.review_below) if own else choice.threshold
         return replace(
             base,
-            review_below=max(choice.threshold, base.abstain_below),
+            review_below=max(threshold, base.abstain_below),
             threshold_note=f"risk threshold {choice.threshold:.3f}: {self.target.describe()}",
         )
-
-    def is_cold(self, index: str) -> bool:
-        """A target risk with no certified threshold: every checked answer goes to a person,
-        and so every label is a uniform one."""
-        if self.target is None:
-            return False
-        choice = self.state(index).choice
-        return choice is not None and choice.threshold is None
 
     def draw_audit(self, index: str) -> float | None:
         """The audit draw, made for every checked answer whatever the policy decided: the audit
@@ -208,7 +227,7 @@ class RiskControl:
         every = self.settings.calibrate_every
         if self._executor is None or every <= 0:
             return
-        if state.counts.reviewed - state.model.seen < every:
+        if state.counts.reviewed - state.refit_from < every:
             return
         with self._lock:
             running = self._refits.get(state.index)

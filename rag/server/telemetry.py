@@ -8,6 +8,7 @@ are read from the engine client's stats at scrape time.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from guards import Action
 from rag.reviews.risk import CollectionRisk
 from rag.types import AskEvent, ResultEvent, TokenEvent
 
+logger = logging.getLogger(__name__)
 PREFIX = "ragguard:"
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320)
 _TOKEN_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5, 5)
@@ -102,7 +104,11 @@ class _RiskCollector(Collector):
         self.status = status
 
     def collect(self) -> Iterator[Metric]:
-        rows = [r.as_dict() for r in self.status()]
+        try:
+            rows = [r.as_dict() for r in self.status()]
+        except Exception as exc:  # the review store is down: the other metrics still scrape
+            logger.warning("risk metrics left out: %s", exc)
+            rows = []
         for name, doc, key in _RISK_GAUGES:
             family = GaugeMetricFamily(PREFIX + name, doc, labels=["index", "profile"])
             for row in rows:

@@ -13,12 +13,14 @@ import asyncio
 import logging
 from dataclasses import asdict, dataclass, replace
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from guards import Action, Decision, Policy
-from guards.review import NewItem
+from guards.review import NewItem, ReviewError
 from guards.review.labels import AnswerRecord
 from rag.guarding import AnswerChecker, Checked
 from rag.reviews import ReviewDesk
-from rag.reviews.risk import RiskControl
+from rag.reviews.risk import CollectionRisk, RiskControl
 from rag.types import Result
 
 logger = logging.getLogger(__name__)
@@ -31,6 +33,8 @@ class Judged:
     checked: Checked
     """With the collection's calibrated confidence (``shipped_confidence``: the guards' own)."""
     decision: Decision
+    risk: CollectionRisk
+    """The collection's risk control as it stood for this answer (one snapshot throughout)."""
 
 
 class ActStage:
@@ -41,38 +45,48 @@ class ActStage:
 
     def decide(self, index: str, checked: Checked, policy: Policy | None, *, own: bool) -> Judged:
         """The calibrated confidence and the decision. ``own``: the request set its own
-        thresholds, which then stand instead of the collection's certified one."""
+        thresholds, which may be stricter than the collection's certified one, not looser."""
+        state = self.risk.state(index)
         shipped = checked.confidence
-        confidence = self.risk.calibrated(index, shipped, checked.signals)
+        confidence = state.model.apply(shipped, checked.signals)
         checked = replace(checked, confidence=confidence, shipped_confidence=shipped)
-        base = policy or self.checker.policy
-        return Judged(
-            checked, self.checker.decide(checked, base if own else self.risk.policy(index, base))
-        )
+        chosen = self.risk.policy(state, policy or self.checker.policy, own=own)
+        return Judged(checked, self.checker.decide(checked, chosen), state)
 
-    async def act(self, result: Result, version: str, checked: Checked) -> Result:
+    async def act(self, result: Result, version: str, judged: Judged) -> Result:
         """Queue what needs a person, audit a sample of what goes out, record the answer.
         Shielded: once written, a caller leaving does not half-finish it."""
-        return await asyncio.shield(asyncio.to_thread(self._act, result, version, checked))
+        return await asyncio.shield(asyncio.to_thread(self._act, result, version, judged))
 
-    def _act(self, result: Result, version: str, checked: Checked) -> Result:
+    def _act(self, result: Result, version: str, judged: Judged) -> Result:
         """A flagged answer goes to a person; every checked answer is also drawn for an audit
         at the collection's rate (so the audited ones are a uniform sample), and while nothing
         is answered automatically every one of them is reviewed (uniform too)."""
-        shipped = checked.shipped_confidence
+        shipped = judged.checked.shipped_confidence
         drawn = self.risk.draw_audit(result.index)
-        cold = self.risk.is_cold(result.index)
+        cold = judged.risk.is_cold
         review_id: str | None = None
         if result.decision is Action.REVIEW:
             review_id = self._queue(result, version, shipped, "flagged", 1.0, drawn or cold)
             result = replace(result, review_id=review_id)
         elif drawn is not None or cold:
-            # Audited: the user gets the answer (or the abstention) as decided.
+            # Audited: the user gets the answer (or the abstention) as decided. An audit item
+            # that cannot be written costs a label, not the answer.
             propensity = 1.0 if cold else float(drawn or 1.0)
-            audit_id = self._queue(result, version, shipped, "audit", propensity, True)
-            logger.info("answer %s audited as review item %s", result.request_id, audit_id)
+            try:
+                audit_id = self._queue(result, version, shipped, "audit", propensity, True)
+                logger.info("answer %s audited as review item %s", result.request_id, audit_id)
+            except (ReviewError, SQLAlchemyError) as exc:
+                logger.warning("answer %s: no audit item written (%s)", result.request_id, exc)
         if result.decision is Action.ABSTAIN:
             return result
+        try:
+            self._record(result, shipped, review_id)
+        except (ReviewError, SQLAlchemyError) as exc:  # feedback on it will be a 404, no more
+            logger.warning("answer %s was not recorded for feedback (%s)", result.request_id, exc)
+        return result
+
+    def _record(self, result: Result, shipped: float | None, review_id: str | None) -> None:
         self.reviews.store.labels.record_answer(
             AnswerRecord(
                 result.request_id,
@@ -86,7 +100,6 @@ class ActStage:
                 review_id,
             )
         )
-        return result
 
     def _queue(
         self,

@@ -231,16 +231,40 @@ def test_bad_labels_and_targets_are_refused() -> None:
 def test_only_labels_a_re_ranking_model_never_saw_certify_its_thresholds() -> None:
     calibrator = Calibrator()
     labels = [
-        Label(lb.correct, lb.confidence, lb.signals, id=lb.id, uniform=i % 2 == 0)
+        Label(lb.correct, lb.confidence, lb.signals, id=lb.id, uniform=i % 2 == 0, created_at=i)
         for i, lb in enumerate(_synthetic_labels(300, shift=0.5))
     ]
     shifted = calibrator.fit(labels[:60])  # intercept and slope: every answer keeps its rank
     assert shifted.stage == "slope"
     assert calibrator.certifying(labels, shifted) == [lb for lb in labels if lb.uniform]
-    outcome = calibrator.refit(labels[:200], Recalibration(), version=1)
+    outcome = calibrator.refit(labels[:200], Recalibration(), version=1, now=199.5)
     reranking = outcome.current
     assert reranking.stage == "offsets" and reranking.seen == 200
     certifying = calibrator.certifying(labels, reranking)
     fitted = {lb.id for i, lb in enumerate(labels[:200]) if not calibrator.is_held_back(lb, i)}
     assert certifying and all(lb.uniform and lb.id not in fitted for lb in certifying)
     assert {lb.id for lb in labels[200:] if lb.uniform} <= {lb.id for lb in certifying}
+
+
+def test_the_slope_never_reverses_the_shipped_ranking() -> None:
+    rng = np.random.default_rng(9)
+    labels = []
+    for i in range(120):  # right answers get the lower shipped confidence here
+        c = float(rng.uniform(0.05, 0.95))
+        labels.append(Label(bool(rng.random() < 1 - c), c, {}, id=f"r{i}"))
+    model = Calibrator().fit(labels)
+    assert model.stage == "intercept" and model.slope == 1.0
+
+
+def test_weighted_auroc_by_ranks_matches_the_pairs() -> None:
+    from guards.risk.calibrator import weighted_auroc
+
+    rng = np.random.default_rng(2)
+    s = np.round(rng.uniform(0, 1, 300), 2)  # ties on purpose
+    y = (rng.random(300) < s).astype(float)
+    w = rng.uniform(0.5, 3, 300)
+    pos, neg = y > 0.5, y <= 0.5
+    sp, sn = s[pos][:, None], s[neg][None, :]
+    wins = (sp > sn) + 0.5 * (sp == sn)
+    pairs = float((wins * w[pos][:, None] * w[neg][None, :]).sum() / (w[pos].sum() * w[neg].sum()))
+    assert weighted_auroc(s, y, w) == pytest.approx(pairs, abs=1e-12)

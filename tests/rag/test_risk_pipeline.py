@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from guards import Policy
-from guards.review import NewItem, Resolution
+from guards.review import NewItem, Resolution, ReviewItem, ReviewStore
 from rag.pipeline import Pipeline
 from rag.settings import Settings
 from tests.fakes import HashingEmbedder, ScriptedGenerator
@@ -48,6 +48,16 @@ def make(tmp_path: Path, fake_demo_index_template: Path) -> Iterator[Make]:
     yield build
     for pipe in made:
         pipe.close()
+
+
+def replace_item(item: ReviewItem) -> NewItem:
+    return NewItem(item.question + " again", item.answer, confidence=item.confidence,
+                   shipped_confidence=item.shipped_confidence, signals=item.signals,
+                   index_name="demo", profile="smollm2-135m", uniform=True)  # fmt: skip
+
+
+def store_of(pipe: Pipeline) -> ReviewStore:
+    return pipe.reviews.store
 
 
 def store_kind(pipe: Pipeline, item_id: str) -> tuple[str, bool]:
@@ -92,10 +102,23 @@ def test_nothing_is_answered_automatically_until_labels_certify_a_threshold(make
     result = pipe.ask(QUESTIONS[0])
     assert result.decision == "review" and result.review_id
     assert result.decision_reasons[0].startswith("not_calibrated: 0 uniform labels")
+    # A request's own thresholds may be stricter, never looser: still nothing automatic.
+    loose = pipe.ask(QUESTIONS[0] + " (loose)", review_below=0.0)
+    assert loose.decision == "review" and loose.decision_reasons[0].startswith("not_calibrated")
+    pipe.reviews.store.claim(str(loose.review_id), "ann")
+    pipe.reviews.store.resolve(str(loose.review_id), "ann", Resolution.REJECT)
     assert store_kind(pipe, result.review_id) == ("flagged", True)  # cold: every one reviewed
     store = pipe.reviews.store
     # 120 verdicts on answers like this one (the same shipped confidence): all of them right.
     item = store.get(result.review_id)
+    for _ in range(3):  # while this draw waits for its verdict, later draws do not certify
+        new = store.add(replace_item(item))
+        store.claim(new.id, "ann")
+        store.resolve(new.id, "ann", Resolution.APPROVE)
+    waiting = pipe.risk.state("demo", fresh=True)
+    assert waiting.waiting_since == item.created_at and waiting.counts.uniform == 4  # + loose
+    store.claim(item.id, "ann")
+    store.resolve(item.id, "ann", Resolution.APPROVE)
     for i in range(120):
         new = store.add(
             NewItem(f"q{i}?", "a [1].", confidence=item.confidence,
@@ -105,7 +128,8 @@ def test_nothing_is_answered_automatically_until_labels_certify_a_threshold(make
         store.claim(new.id, "ann")
         store.resolve(new.id, "ann", Resolution.APPROVE)
     state = pipe.risk.state("demo", fresh=True)
-    assert state.counts.reviewed == 120 and state.choice is not None and state.choice.calibrated
+    assert state.counts.reviewed == 125 and state.choice is not None and state.choice.calibrated
+    assert state.waiting_since is None
     again = pipe.ask(QUESTIONS[0] + " again")
     assert again.decision == "answer", again.decision_reasons
     assert any(r.startswith("risk threshold") for r in again.decision_reasons)
@@ -137,3 +161,10 @@ def test_a_background_refit_is_swapped_in_and_survives_a_restart(make: Make) -> 
     pipe.close()
     restarted = make(calibrate_every=20, audit_rate=0.0)
     assert restarted.risk.state("demo").version == 1
+    # A refit by hand, accepted or refused, is what the next one is due from.
+    restarted.risk.refit("demo")
+    assert restarted.risk.state("demo", fresh=True).refit_from == 40
+    assert len(store_of(restarted).calibrations.history("demo", "smollm2-135m")) == 2
+    restarted.risk.state("demo", fresh=True)  # no new labels: no refit is started
+    restarted.risk.wait_for_refits(timeout=60)
+    assert len(store_of(restarted).calibrations.history("demo", "smollm2-135m")) == 2

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
+from guards.review import ItemNotFoundError
 from rag.server.auth import Principal, Role, require
 from rag.server.schemas import ErrorOut
 from rag.server.state import ReviewsDep, StateDep
@@ -36,12 +37,9 @@ class FeedbackOut(BaseModel):
     created_at: float
 
 
-def answer_id_of(given: str) -> str:
-    """The answer's id: a grounded OpenAI response id names it after its prefix."""
-    for prefix in _RESPONSE_PREFIXES:
-        if given.startswith(prefix):
-            return given.removeprefix(prefix)
-    return given
+def answer_ids(given: str) -> list[str]:
+    """The ids ``given`` may name: itself, and after a grounded OpenAI response's prefix."""
+    return [given] + [given.removeprefix(p) for p in _RESPONSE_PREFIXES if given.startswith(p)]
 
 
 @router.post("/{answer_id}/feedback", status_code=201, responses=_ERRORS)
@@ -49,10 +47,17 @@ def give_feedback(
     answer_id: str, body: FeedbackIn, store: ReviewsDep, state: StateDep, who: App
 ) -> FeedbackOut:
     """Thumbs up or down (and a comment) on an answer this server gave; 404 for an id it never
-    gave (answers withheld without a check are not recorded)."""
-    feedback = store.labels.add_feedback(
-        answer_id_of(answer_id), helpful=body.rating == "up", comment=body.comment, actor=who.name
-    )
+    gave (abstentions are not recorded)."""
+    ids = answer_ids(answer_id)
+    for position, candidate in enumerate(ids, 1):
+        try:
+            feedback = store.labels.add_feedback(
+                candidate, helpful=body.rating == "up", comment=body.comment, actor=who.name
+            )
+            break
+        except ItemNotFoundError:
+            if position == len(ids):
+                raise
     state.telemetry.feedback.labels(feedback.index_name, body.rating).inc()
     return FeedbackOut(
         id=feedback.id,
