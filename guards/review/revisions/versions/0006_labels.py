@@ -6,8 +6,9 @@ with which it was sent to a person, whether it was drawn ``uniform``-ly (indepen
 confidence: an audit draw, or any answer while nothing is answered automatically), the
 confidence ``signals``, the ``shipped_confidence`` (before any per-collection calibration) and
 the generator ``profile``. Every verdict on a non-gold item becomes a row of ``labels``; the
-verdicts given before this revision are carried over (their confidence was the shipped one;
-their signals were not kept). ``answers`` records each checked answer (for feedback by its id),
+verdicts given before this revision are carried over with an empty profile (the generator
+that wrote them is unknown, and their signals were not kept): kept for the record and exports,
+never fitted, as no profile matches them. ``answers`` records each checked answer (for feedback by its id),
 ``feedback`` the end users' thumbs, and ``calibrations`` / ``calibration_in_force`` the versions
 of each collection's calibration and the one in force (swapped in by one update, so a crash
 between writing a version and swapping it in leaves the old one in force).
