@@ -8,10 +8,11 @@ confidence ``signals``, the ``shipped_confidence`` (before any per-collection ca
 the generator ``profile``. Every verdict on a non-gold item becomes a row of ``labels``; the
 verdicts given before this revision are carried over with an empty profile (the generator
 that wrote them is unknown, and their signals were not kept): kept for the record and exports,
-never fitted, as no profile matches them. ``answers`` records each checked answer (for feedback by its id),
-``feedback`` the end users' thumbs, and ``calibrations`` / ``calibration_in_force`` the versions
-of each collection's calibration and the one in force (swapped in by one update, so a crash
-between writing a version and swapping it in leaves the old one in force).
+never fitted, as no profile matches them. ``answers`` records each checked answer (for
+feedback by its id), ``feedback`` the end users' thumbs, and ``calibrations`` /
+``calibration_in_force`` the versions of each collection's calibration and the one in force
+(swapped in by one update, so a crash between writing a version and swapping it in leaves the
+old one in force).
 
 Revision ID: 0006
 Revises: 0005
