@@ -90,6 +90,9 @@ class Cell:
     """One (set, mode, risk, k) over the orders."""
 
     held: list[bool] = field(default_factory=list)
+    held_set: list[bool] = field(default_factory=list)
+    """Within the target on the whole set: the population the bound speaks of (the rest's
+    own sampling noise aside)."""
     coverage: list[float] = field(default_factory=list)
     risk: list[float] = field(default_factory=list)
     auroc: list[float] = field(default_factory=list)
@@ -163,20 +166,35 @@ def replay(
     return frozen
 
 
-def judge_rest(
-    state: Frozen, rest: Sequence[Item], target: RiskTarget, cell: Cell
-) -> tuple[np.ndarray, np.ndarray]:
-    y = np.array([it.correct for it in rest], dtype=float)
-    prior = np.array([it.confidence for it in rest])
-    scores = np.array([state.model.apply(it.confidence, it.signals) for it in rest])
+def realised_risk(
+    state: Frozen, items: Sequence[Item], target: RiskTarget
+) -> tuple[float | None, np.ndarray, np.ndarray, np.ndarray]:
+    """The realised risk on ``items`` at the state's threshold (None: nothing answered, for the
+    selective risk), and the answered mask, scores and labels."""
+    y = np.array([it.correct for it in items], dtype=float)
+    scores = np.array([state.model.apply(it.confidence, it.signals) for it in items])
     t = state.choice.threshold
-    answered = scores >= t if t is not None else np.zeros(len(rest), dtype=bool)
+    answered = scores >= t if t is not None else np.zeros(len(items), dtype=bool)
     wrong = answered & (y < 0.5)
     if target.mode is RiskMode.SELECTIVE:
         realised = float(wrong.sum() / answered.sum()) if answered.any() else None
     else:
-        realised = float(wrong.mean()) if len(rest) else None
+        realised = float(wrong.mean()) if len(items) else None
+    return realised, answered, scores, y
+
+
+def judge_rest(
+    state: Frozen,
+    rest: Sequence[Item],
+    target: RiskTarget,
+    cell: Cell,
+    population: Sequence[Item],
+) -> tuple[np.ndarray, np.ndarray]:
+    prior = np.array([it.confidence for it in rest])
+    realised, answered, scores, y = realised_risk(state, rest, target)
     cell.held.append(realised is None or realised <= target.risk)
+    whole, *_ = realised_risk(state, population, target)
+    cell.held_set.append(whole is None or whole <= target.risk)
     cell.coverage.append(float(answered.mean()) if len(rest) else 0.0)
     if realised is not None and answered.any():
         cell.risk.append(realised)
@@ -224,7 +242,7 @@ def simulate(
                     if len(rest) < args.min_rest:
                         continue
                     cell = cells.setdefault((mode, risk, k), Cell())
-                    prior, y = judge_rest(state, rest, target, cell)
+                    prior, y = judge_rest(state, rest, target, cell, items)
                     if mode == "selective" and risk == 0.1 and k == 25:
                         answered = prior >= fixed
                         fixed_cov.append(float(answered.mean()))
@@ -235,6 +253,7 @@ def simulate(
         rows.append({
             "mode": mode, "target": risk, "k": k, "orders": len(c.held),
             "held": statistics.fmean(c.held),
+            "held_set": statistics.fmean(c.held_set),
             "coverage": statistics.fmean(c.coverage),
             "median_risk": statistics.median(c.risk) if c.risk else None,
             "answered_orders": len(c.risk),
@@ -285,8 +304,8 @@ def markdown(results: list[dict[str, object]], args: argparse.Namespace) -> str:
             f"**{mode}** (wrong answers {what}; target held = realised ≤ target on the rest, "
             f"in {args.orders} random orders; coverage = share of the rest answered)",
             "",
-            "| set (n, acc.) | k | held @0.05 | cov. | held @0.1 | cov. | risk | held @0.2 "
-            "| cov. | AUROC prior → cal. | ECE prior → cal. |",
+            "| set (n, acc.) | k | held @0.05 | cov. | held @0.1 (set) | cov. | risk "
+            "| held @0.2 | cov. | AUROC prior → cal. | ECE prior → cal. |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for res in results:
@@ -299,7 +318,10 @@ def markdown(results: list[dict[str, object]], args: argparse.Namespace) -> str:
                 cells = []
                 for risk in RISKS:
                     r = by.get(risk)
-                    cells += [_f(r["held"]) if r else "–", _f(r["coverage"]) if r else "–"]
+                    held = _f(r["held"]) if r else "–"
+                    if r and risk == 0.1:
+                        held += f" ({_f(r['held_set'])})"
+                    cells += [held, _f(r["coverage"]) if r else "–"]
                     if risk == 0.1:
                         cells.append(_f(r["median_risk"]) if r else "–")
                 lines.append(
