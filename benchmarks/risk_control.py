@@ -4,7 +4,7 @@ Each labelled answer of a ``ragguard eval`` run folder (checked answers only: a 
 unchecked answer is never delivered and never reviewed) arrives in a random order, as questions
 would. The deployment starts with the prior confidence and no labels, so it answers nothing
 automatically (``not_calibrated``) and every answer goes to a reviewer, whose verdict is the gold
-label; once the labels certify a threshold for the target risk (``guards.risk.choose_threshold``),
+label; once the labels certify a threshold for the target risk (``certify_at_checkpoint``),
 answers at or above it go out and those below go to a reviewer; whatever the decision, each
 answer is also drawn for an audit at ``--audit-rate``. Only the uniform labels (the cold
 start's and the audit draws) certify thresholds; every label refits the calibration, after every
@@ -58,6 +58,7 @@ from guards.risk import (  # noqa: E402
     choose_threshold,
 )
 from guards.risk.calibrator import weighted_auroc  # noqa: E402
+from guards.risk.thresholds import certify_at_checkpoint  # noqa: E402
 from rag.eval.training import load_run  # noqa: E402
 from rag.guarding import shipped_confidence_path  # noqa: E402
 
@@ -156,7 +157,7 @@ def replay(
             model = calibrator.refit(labels, model, version=model.version + 1, now=now).current
             refit_from = len(labels)
         uniform_labels = calibrator.certifying(labels, model)
-        choice = choose_threshold(
+        choice = certify_at_checkpoint(
             model.scores(uniform_labels), [lb.correct for lb in uniform_labels], target
         )
         if len(labels) in KS:

@@ -32,7 +32,8 @@ holds for each certification, made on the labels of that moment.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -203,3 +204,39 @@ def choose_threshold(
         f"risk {estimate[passed]:.3f} (bound {bound[passed]:.3f}) at threshold "
         f"{GRID[passed]:.3f} on {len(s)} {noun}: {target.describe()}",
     )
+
+
+def checkpoint(count: int, target: RiskTarget) -> tuple[int, RiskTarget]:
+    """Where a deployment certifies: at m, 2m, 4m, … uniform labels (m the fewest that could
+    certify at all at the first checkpoint's level), the j-th at confidence 1 − δ / 2^(j+1)
+    (δ = 1 − ``target.confidence``). The labels ``count`` has reached give the checkpoint in
+    force: how many of the oldest labels it certifies on (0: none reached yet) and its target.
+
+    Certifying afresh after every new label would look at the data again and again until a
+    look passes, and so break the bound; at checkpoints whose error budgets sum to δ, the
+    chance that any threshold a deployment ever puts in force has a risk above the target is at
+    most δ, whatever happens between them."""
+    delta = 1.0 - target.confidence
+    first = RiskTarget(target.risk, 1.0 - delta / 2, target.mode)
+    m = first.min_labels
+    if count < m:
+        return 0, first
+    j = math.floor(math.log2(count / m) + 1e-12)
+    return m * 2**j, RiskTarget(target.risk, 1.0 - delta / 2 ** (j + 1), target.mode)
+
+
+def certify_at_checkpoint(
+    scores: ArrayLike, correct: ArrayLike, target: RiskTarget, *, noun: str = "labels"
+) -> ThresholdChoice:
+    """``choose_threshold`` on the labels of the checkpoint in force (``checkpoint``): the
+    oldest m of them, in the order they were drawn."""
+    s, y = np.asarray(scores, dtype=float), np.asarray(correct, dtype=bool)
+    m, at = checkpoint(len(s), target)
+    if m == 0:
+        return ThresholdChoice(
+            target, None, None, None, 0.0, len(s),
+            f"not_calibrated: {len(s)} {noun}, {target.describe()} needs at least "
+            f"{at.min_labels} (the first checkpoint, at {at.confidence:.1%})",
+        )  # fmt: skip
+    choice = choose_threshold(s[:m], y[:m], at, noun=f"{noun} (checkpoint of {m})")
+    return replace(choice, target=target)

@@ -25,8 +25,8 @@ from guards.review import ItemNotFoundError, ReviewStore
 from guards.review.calibrations import CalibrationVersion
 from guards.review.labels import LabelCounts
 from guards.risk import Calibrator, Label, Recalibration, RiskMode, RiskTarget, ThresholdChoice
-from guards.risk import choose_threshold as certify
 from guards.risk.calibrator import evaluate
+from guards.risk.thresholds import certify_at_checkpoint as certify
 from rag.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -184,11 +184,14 @@ class RiskControl:
         count: reviewers take items in priority order, so the verdicts that came back first
         are no uniform sample of the draws."""
         assert self.target is not None
-        uniform = [
-            lb
-            for lb in self.calibrator.certifying(labels, model)
-            if waiting is None or lb.drawn_at < waiting
-        ]
+        uniform = sorted(
+            (
+                lb
+                for lb in self.calibrator.certifying(labels, model)
+                if waiting is None or lb.drawn_at < waiting
+            ),
+            key=lambda lb: (lb.drawn_at, lb.id),
+        )
         return certify(
             model.scores(uniform),
             [lb.correct for lb in uniform],

@@ -268,3 +268,23 @@ def test_weighted_auroc_by_ranks_matches_the_pairs() -> None:
     wins = (sp > sn) + 0.5 * (sp == sn)
     pairs = float((wins * w[pos][:, None] * w[neg][None, :]).sum() / (w[pos].sum() * w[neg].sum()))
     assert weighted_auroc(s, y, w) == pytest.approx(pairs, abs=1e-12)
+
+
+def test_checkpoints_double_and_their_error_budgets_sum_to_delta() -> None:
+    from guards.risk.thresholds import certify_at_checkpoint, checkpoint
+
+    target = RiskTarget(0.1, 0.9)
+    m = RiskTarget(0.1, 0.95).min_labels  # the first checkpoint is tested at 1 - delta / 2
+    assert checkpoint(m - 1, target)[0] == 0
+    seen = []
+    for count in (m, 2 * m - 1, 2 * m, 4 * m, 9 * m):
+        used, at = checkpoint(count, target)
+        seen.append((used, round(1 - at.confidence, 6)))
+    assert seen == [(m, 0.05), (m, 0.05), (2 * m, 0.025), (4 * m, 0.0125), (8 * m, 0.00625)]
+    # Between checkpoints the certificate does not move, whatever the newer labels say.
+    rng = np.random.default_rng(4)
+    scores = rng.uniform(0, 1, 3 * m)
+    correct = rng.random(3 * m) < scores**0.2
+    first = certify_at_checkpoint(scores[: 2 * m], correct[: 2 * m], target)
+    later = certify_at_checkpoint(scores, np.r_[correct[: 2 * m], ~correct[2 * m :]], target)
+    assert first.threshold == later.threshold and first.target == target

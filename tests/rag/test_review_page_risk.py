@@ -58,5 +58,7 @@ def test_the_risk_panel_shows_labels_and_the_threshold_state(
         expect(row).to_contain_text("demo")
         expect(row).to_contain_text("1 (1 uniform)")
         expect(row).to_contain_text("not calibrated")
-        expect(page.locator("#risk-note")).to_contain_text("needs at least 22")
+        expect(page.locator("#risk-note")).to_contain_text(
+            "needs at least 29 (the first checkpoint"
+        )
     pipeline.close()
