@@ -87,7 +87,12 @@ function escalatedAway(item) {
 
 function badge(text, cls = "") { return el("span", { className: "badge " + cls, textContent: text }); }
 
+// Loads overlap (the page's first start, a sign-in, a filter changed at once): only the latest
+// one's answer is shown, whichever arrives last.
+let queueLoads = 0;
+
 async function loadQueue() {
+  const load = ++queueLoads;
   const params = new URLSearchParams({ offset: state.offset, limit: state.limit });
   const status = $("#f-status").value, reason = $("#f-reason").value.trim();
   const assignee = $("#f-assignee").value.trim();
@@ -98,6 +103,7 @@ async function loadQueue() {
   const age = $("#f-age").value; // "min_age_s:3600" or "max_age_s:86400"
   if (age) params.set(...age.split(":"));
   const page = await api("GET", "/v1/reviews?" + params);
+  if (load !== queueLoads) return; // a newer load was asked for meanwhile
   state.items = page.items;
   state.total = page.total;
   state.selected = Math.min(Math.max(state.selected, 0), state.items.length - 1);
