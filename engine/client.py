@@ -17,7 +17,7 @@ import threading
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from engine.config import EngineConfig
 from engine.generator import Generator
@@ -31,6 +31,15 @@ if TYPE_CHECKING:
 
 class EngineUnavailableError(RuntimeError):
     """The engine's loop has died or the engine was shut down."""
+
+
+class EngineStartingError(EngineUnavailableError):
+    """The generator does not serve yet but is expected to: a remote generator still starting,
+    or restarting after it went down. Worth retrying after ``retry_after_s``."""
+
+    def __init__(self, message: str, retry_after_s: float = 1.0):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 @runtime_checkable
@@ -277,12 +286,18 @@ def build_engine_client(config: EngineConfig, backend: str = "engine") -> Engine
 def as_engine_client(generator: EngineClient | Generator) -> tuple[EngineClient, bool]:
     """``generator`` behind the client interface, and whether a wrapper was made for it (the
     caller then owns the wrapper and shuts it down; the generator itself stays usable)."""
-    if isinstance(generator, EngineClient):
-        return generator, False
+    try:
+        is_client = isinstance(generator, EngineClient)
+    except EngineUnavailableError:
+        # The protocol check reads the properties: a remote client whose server is still
+        # starting cannot tell its model name yet, and only a client would say so.
+        is_client = True
+    if is_client:
+        return cast("EngineClient", generator), False
     from engine.llm_engine import LLMEngine
 
     if isinstance(generator, LLMEngine):
         from engine.async_engine import AsyncEngine
 
         return AsyncEngine(generator), True
-    return ThreadedClient(generator), True
+    return ThreadedClient(cast("Generator", generator)), True

@@ -15,6 +15,13 @@ Token ids: the API returns tokens as text. With a local tokenizer a token that e
 gets that id; any other gets a stable negative id derived from its text, so stop checks (which
 look for repeated ids) and counts still work.
 
+Starting together: the server may still be loading when the client is made. The client asks
+its model list until it answers (``engine.remote_link``, up to ``startup_timeout_s``): blocking
+in the constructor, or, with ``connect_in_background`` (the API server), in a thread while the
+client's ``check_health`` and the facts it needs from the server (model name, context length when
+not configured) raise ``EngineStartingError``. A request that later finds the server down marks
+it so, and the probe reconnects once it answers again (a restart).
+
 Errors: the connection failing, a timeout, 5xx or 429 before the first chunk are retried with
 exponential backoff (a 429's ``Retry-After`` is honoured up to 30 s); then a 429 raises
 ``RemoteBusyError``, the rest ``EngineUnavailableError``. A 4xx is the request's fault:
@@ -35,11 +42,12 @@ from typing import Any
 
 import httpx
 
-from engine.client import EngineUnavailableError
+from engine.client import EngineStartingError, EngineUnavailableError
 from engine.errors import RemoteRequestError
 from engine.outputs import CompletionOutput, FinishReason, RequestOutput, RequestTiming
 from engine.prompts import Prompt, PromptTokenizer
-from engine.remote_http import RetryingStream, sse_data
+from engine.remote_http import RemoteUnreachableError, RetryingStream, sse_data
+from engine.remote_link import LinkState, RemoteLink
 from engine.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -70,6 +78,13 @@ class RemoteConfig:
     max_retries: int = 3
     backoff_s: float = 0.5
     """First retry delay; doubled for each further one."""
+    startup_timeout_s: float = 600.0
+    """How long a server that does not answer yet may take to come up (its model list polled
+    with backoff) before the client gives up on it."""
+    connect_in_background: bool = False
+    """Return from the constructor at once and wait for the server in a thread (the API server:
+    ``/readyz`` says what it waits for); False: the constructor waits when it needs the
+    server's model card."""
     extra_headers: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -77,6 +92,8 @@ class RemoteConfig:
             raise ValueError(f"the remote base URL must be http(s)://..., got {self.base_url!r}")
         if self.max_retries < 0 or self.timeout_s <= 0 or self.backoff_s < 0:
             raise ValueError("max_retries >= 0, timeout_s > 0 and backoff_s >= 0 are needed")
+        if self.startup_timeout_s < 0:
+            raise ValueError("startup_timeout_s >= 0 is needed")
 
     @property
     def headers(self) -> dict[str, str]:
@@ -113,62 +130,81 @@ class RemoteClient:
                 "and their token counts are estimated (1 token per %d characters)",
                 CHARS_PER_TOKEN_ESTIMATE,
             )
-        model, context = config.model, config.max_model_len or max_model_len
-        if model is None or context is None:
-            card = self._model_card()
-            model = model or str(card["id"])
-            reported = card.get("max_model_len")
-            if context is None and isinstance(reported, int) and reported > 0:
-                context = reported
+        self._model = config.model
+        self._max_model_len = config.max_model_len or max_model_len
+        context = self._max_model_len or DEFAULT_MAX_MODEL_LEN  # until the card says otherwise
+        self.prompts = PromptTokenizer(tokenizer, context) if tokenizer is not None else None
+        self._token_ids: dict[str, int] = {}
+        self._running: dict[str, asyncio.Event] = {}
+        self._stopped = False
+        self._link = RemoteLink(config)
+        needs_card = self._model is None or self._max_model_len is None
+        if config.connect_in_background:
+            self._link.start()
+        elif needs_card:
+            try:
+                self._link.wait()
+            except BaseException:
+                self._link.close()
+                raise
+            self._resolve()
+        else:
+            self._link.assume_up()
+
+    # ------------------------------------------------------------ the model
+    def _resolve(self) -> None:
+        """Take the model name and context length from the server's model cards, once it has
+        answered (raises ``EngineStartingError`` until then)."""
+        if self._model is not None and self._max_model_len is not None:
+            return
+        cards = self._link.cards
+        if cards is None:
+            self._link.check()
+            raise EngineStartingError(f"waiting for the remote generator at {self.config.base_url}")
+        card = next(
+            (c for c in cards if self.config.model is None or c.get("id") == self.config.model),
+            None,
+        )
+        if card is None:  # llama.cpp's server, for one, serves any name it is asked for
+            logger.warning(
+                "the remote generator does not list %r (it lists %s); asking for it anyway",
+                self.config.model,
+                [c.get("id") for c in cards],
+            )
+            card = {}
+        model = self._model or str(card["id"])
+        context = self._max_model_len
+        reported = card.get("max_model_len")
+        if context is None and isinstance(reported, int) and reported > 0:
+            context = reported
         if context is None:
             logger.warning(
                 "the remote server does not report its context length: assuming %d tokens",
                 DEFAULT_MAX_MODEL_LEN,
             )
             context = DEFAULT_MAX_MODEL_LEN
-        self._model = model
-        self._max_model_len = context
-        self.prompts = PromptTokenizer(tokenizer, context) if tokenizer is not None else None
-        self._token_ids: dict[str, int] = {}
-        self._running: dict[str, asyncio.Event] = {}
-        self._stopped = False
-
-    # ------------------------------------------------------------ the model
-    def _model_card(self) -> dict[str, Any]:
-        """The configured model's card from ``GET /models`` (the first, when none is set)."""
-        url = f"{self.config.base_url.rstrip('/')}/models"
-        for attempt in range(self.config.max_retries + 1):
-            try:
-                response = httpx.get(url, headers=self.config.headers, timeout=30.0)
-            except httpx.HTTPError as exc:
-                if attempt == self.config.max_retries:
-                    raise EngineUnavailableError(
-                        f"the remote generator at {self.config.base_url} is unreachable: {exc}"
-                    ) from exc
-                time.sleep(self.config.backoff_s * 2**attempt)
-                continue
-            if response.status_code >= 400:
-                raise EngineUnavailableError(
-                    f"the remote generator's model list answered {response.status_code}: "
-                    f"{response.text[:200]}"
-                )
-            cards = [c for c in response.json().get("data", []) if isinstance(c, dict)]
-            for card in cards:
-                if self.config.model is None or card.get("id") == self.config.model:
-                    return card
-            raise EngineUnavailableError(
-                f"the remote generator does not serve {self.config.model!r} "
-                f"(it serves {[c.get('id') for c in cards]})"
-            )
-        raise AssertionError("unreachable")
+        if self.prompts is not None:
+            self.prompts.max_model_len = context
+        self._model, self._max_model_len = model, context
 
     @property
     def model_name(self) -> str:
+        if self._model is None:
+            self._resolve()
+        assert self._model is not None
         return self._model
 
     @property
     def max_model_len(self) -> int:
+        if self._max_model_len is None:
+            self._resolve()
+        assert self._max_model_len is not None
         return self._max_model_len
+
+    @property
+    def link_state(self) -> LinkState:
+        """Whether the server answers: connecting, up, down (reconnecting) or failed."""
+        return self._link.state
 
     @property
     def tokenizer(self) -> Any:
@@ -253,9 +289,13 @@ class RemoteClient:
         )
         try:
             async with http, RetryingStream(self.config, http, body) as response:
+                self._link.report_up()
                 timing.first_scheduled_time = time.perf_counter()
                 async for output in self._read(response, result, params, aborted):
                     yield output
+        except RemoteUnreachableError as exc:
+            self._link.report_down(str(exc))  # the probe finds out when it is back
+            raise
         finally:
             self._running.pop(request_id, None)
 
@@ -301,7 +341,7 @@ class RemoteClient:
                         continue
                     yield result
         except httpx.HTTPError as exc:
-            raise EngineUnavailableError(f"the remote generator's stream broke: {exc}") from exc
+            raise RemoteUnreachableError(f"the remote generator's stream broke: {exc}") from exc
         for output in result.outputs:
             if output.finish_reason is None:
                 output.finish_reason = FinishReason.ABORT if aborted.is_set() else FinishReason.STOP
@@ -348,10 +388,14 @@ class RemoteClient:
         return None
 
     def check_health(self) -> None:
+        """Raise unless requests can be sent: ``EngineStartingError`` while the server is still
+        starting or reconnecting, ``EngineUnavailableError`` once it will not come up."""
         if self._stopped:
             raise EngineUnavailableError("the remote generator client is shut down")
+        self._link.check()
 
     def shutdown(self) -> None:
         self._stopped = True
+        self._link.close()
         for event in list(self._running.values()):
             event.set()

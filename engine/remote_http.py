@@ -20,6 +20,11 @@ MAX_RETRY_AFTER_S = 30.0
 """A 429's Retry-After is honoured up to this."""
 
 
+class RemoteUnreachableError(EngineUnavailableError):
+    """The remote generator could not be reached, or its stream broke: it may be down (an
+    answer, even a 5xx, says that it is up)."""
+
+
 async def sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
     """The ``data:`` payloads of a server-sent event stream (one per event)."""
     buffer: list[str] = []
@@ -51,7 +56,7 @@ class RetryingStream:
                 response = await context.__aenter__()
             except (httpx.TransportError, httpx.TimeoutException) as exc:
                 if last:
-                    raise EngineUnavailableError(
+                    raise RemoteUnreachableError(
                         f"the remote generator at {self.config.base_url} is unreachable: {exc}"
                     ) from exc
                 await asyncio.sleep(delay)

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import math
 
+from engine.client import EngineStartingError as EngineStarting
 from engine.client import EngineUnavailableError as EngineDown
 from engine.errors import RemoteBusyError
-from rag.errors import EngineUnavailableError, OverloadedError, RagGuardError
+from rag.errors import EngineStartingError, EngineUnavailableError, OverloadedError, RagGuardError
 
 
 def as_ragguard_error(exc: BaseException) -> RagGuardError | None:
     """Our error for ``exc``, or None when it has no meaning of its own to a caller (an invalid
     request stays a ``ValueError``; anything else is an engine fault)."""
+    if isinstance(exc, EngineStarting):  # a remote generator still starting or reconnecting
+        return EngineStartingError(str(exc), retry_after_s=max(1, math.ceil(exc.retry_after_s)))
     if isinstance(exc, EngineDown):
         return EngineUnavailableError(str(exc))
     if isinstance(exc, RemoteBusyError):  # the remote generator kept answering 429

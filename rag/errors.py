@@ -136,3 +136,14 @@ class EngineUnavailableError(RagGuardError):
     """The generator can no longer serve requests (its loop failed or it is shutting down)."""
 
     error_type = "engine_unavailable"
+
+
+class EngineStartingError(EngineUnavailableError):
+    """The generator does not serve yet but is expected to (a remote generator still starting or
+    reconnecting); retry after ``retry_after_s`` seconds."""
+
+    error_type = "engine_starting"
+
+    def __init__(self, message: str, retry_after_s: int = 1):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

@@ -14,7 +14,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncGenerator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from engine import Generator, ModelLoadError, ModelNotFoundError
 from engine.client import EngineClient, as_engine_client, build_engine_client
@@ -139,12 +139,16 @@ class Pipeline:
         *,
         require_index: bool = True,
         reviews: ReviewStore | None = None,
+        wait_for_generator: bool = True,
     ) -> Pipeline:
         """Load the embedding model and the generator named by the settings (offline by default).
 
         The settings' index must be built (``IndexNotFoundError`` at once, before any model
         loads), unless ``require_index`` is false; the demo index is built on first use, as
-        ``ragguard serve`` does (``build_demo_index``).
+        ``ragguard serve`` does (``build_demo_index``). A remote generator that is still
+        starting is waited for (up to ``generator_startup_timeout_s``), unless
+        ``wait_for_generator`` is false (the API server): then the pipeline is returned at once
+        and the engine's ``check_health`` says what it waits for.
         """
         settings = settings or Settings()
         if require_index:
@@ -153,6 +157,8 @@ class Pipeline:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         config = settings.engine_config()
+        if config.remote is not None and not wait_for_generator:
+            config = replace(config, remote=replace(config.remote, connect_in_background=True))
         embedder = Embedder(
             settings.embedding_model, device=config.resolved_device(), allow_hub=settings.allow_hub
         )

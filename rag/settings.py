@@ -65,6 +65,13 @@ class Settings(BaseSettings):
     generator_max_retries: int = Field(
         3, ge=0, le=10, description="generator=openai: retries before the first byte (backoff)"
     )
+    generator_startup_timeout_s: float = Field(
+        600.0,
+        ge=0,
+        description="generator=openai: how long a server that does not answer yet (still "
+        "loading its model) may take to come up; the server answers meanwhile, /readyz "
+        "'waiting'",
+    )
     device: str = Field("auto", description="auto, cpu, cuda, cuda:N")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     allow_hub: bool = Field(False, description="allow downloading models from the Hugging Face hub")
@@ -468,6 +475,7 @@ class Settings(BaseSettings):
             tokenizer=self.generator_tokenizer,
             timeout_s=self.generator_timeout_s,
             max_retries=self.generator_max_retries,
+            startup_timeout_s=self.generator_startup_timeout_s,
         )
 
     @model_validator(mode="after")

@@ -14,10 +14,11 @@ from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from engine.client import EngineUnavailableError as EngineDown
 from engine.errors import EngineError
 from guards.review import ReviewError
 from rag.engine_failures import as_ragguard_error
-from rag.errors import AuthenticationError, OverloadedError, RagGuardError
+from rag.errors import AuthenticationError, EngineStartingError, OverloadedError, RagGuardError
 from rag.http_errors import error_type_of, status_of
 from rag.pipeline import Pipeline
 from rag.reviews import open_review_store
@@ -37,7 +38,10 @@ logger = logging.getLogger(__name__)
 def _load(state: ServerState) -> None:
     # A missing index is not fatal here: documents can be posted to it once the server runs.
     # One owner of the review store: the lifespan's, which reviewers use while the model loads.
-    pipeline = Pipeline.from_settings(state.settings, require_index=False, reviews=state.reviews)
+    # A remote generator still starting is waited for in the background: /readyz says so.
+    pipeline = Pipeline.from_settings(
+        state.settings, require_index=False, reviews=state.reviews, wait_for_generator=False
+    )
     state.telemetry.watch_engine(pipeline.engine.stats)
     state.telemetry.watch_risk(pipeline.risk.status)
     state.pipeline = pipeline
@@ -68,12 +72,13 @@ def _add_exception_handlers(app: FastAPI) -> None:
         response = _error(status, error_type_of(exc), str(exc))
         if isinstance(exc, AuthenticationError):
             response.headers["www-authenticate"] = "Bearer"
-        if isinstance(exc, OverloadedError):
+        if isinstance(exc, OverloadedError | EngineStartingError):
             response.headers["retry-after"] = str(exc.retry_after_s)
+        if isinstance(exc, OverloadedError):
             request.app.state.ragguard.telemetry.rejected.inc()
         return response
 
-    for known in (RagGuardError, ReviewError, EngineError, ClientDisconnected):
+    for known in (RagGuardError, ReviewError, EngineError, EngineDown, ClientDisconnected):
         app.add_exception_handler(known, known_error)
 
     @app.exception_handler(StarletteHTTPException)

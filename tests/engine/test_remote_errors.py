@@ -78,8 +78,8 @@ def test_errors_become_typed_after_the_retries(remote: tuple[Script, str]) -> No
 
 
 def test_an_unreachable_server_is_unavailable() -> None:
-    with pytest.raises(EngineUnavailableError, match="unreachable"):
-        client("http://127.0.0.1:9/v1", max_retries=1)  # the card lookup fails
+    with pytest.raises(EngineUnavailableError, match="did not come up"):
+        client("http://127.0.0.1:9/v1", startup_timeout_s=0.2)  # the card lookup fails
     engine = client("http://127.0.0.1:9/v1", model="m", max_model_len=64, max_retries=1)
     with pytest.raises(EngineUnavailableError, match="unreachable"):
         run(generate_all(engine, "q", SamplingParams()))

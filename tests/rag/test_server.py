@@ -351,7 +351,9 @@ def test_the_server_and_its_pipeline_share_one_review_store(
 
     shutil.copytree(fake_demo_index_template, settings.index_dir / "demo")
 
-    def load_fakes(s: Settings, *, require_index: bool, reviews: ReviewStore | None) -> Pipeline:
+    def load_fakes(
+        s: Settings, *, require_index: bool, reviews: ReviewStore | None, wait_for_generator: bool
+    ) -> Pipeline:
         return Pipeline(s, HashingEmbedder(), ScriptedGenerator(), reviews=reviews)
 
     monkeypatch.setattr(app_module.Pipeline, "from_settings", load_fakes)

@@ -20,6 +20,7 @@ from engine.errors import EngineError
 from rag.engine_failures import as_ragguard_error
 from rag.errors import (
     AuthenticationError,
+    EngineStartingError,
     OverloadedError,
     RagGuardError,
 )
@@ -129,8 +130,9 @@ def _failure(request: Request, exc: Exception) -> _Failure:
         failure = _Failure(status, detail)
         if isinstance(exc, AuthenticationError):
             failure.headers["www-authenticate"] = "Bearer"
-        if isinstance(exc, OverloadedError):
+        if isinstance(exc, OverloadedError | EngineStartingError):
             failure.headers["retry-after"] = str(exc.retry_after_s)
+        if isinstance(exc, OverloadedError):
             state: ServerState = request.app.state.ragguard
             state.telemetry.rejected.inc()
         return failure

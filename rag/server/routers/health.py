@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from engine.client import EngineUnavailableError
+from engine.client import EngineStartingError, EngineUnavailableError
 from rag.server.auth import sees_details
 from rag.server.schemas import HealthOut, ReadyOut
 from rag.server.state import ServerState, StateDep
@@ -26,10 +26,12 @@ async def healthz() -> HealthOut:
     responses={503: {"model": ReadyOut}},
 )
 async def readyz(state: StateDep, request: Request) -> ReadyOut | JSONResponse:
-    """Ready to answer: model and embedder loaded, engine healthy. 503 while loading, after a
-    failed load, or when the engine has stopped. Answered on the event loop, never behind model
-    work. Only the status unless the caller has a valid key (or, without keys, is local): the
-    model, the index names and error messages are not for anyone who can reach the port."""
+    """Ready to answer: model and embedder loaded, engine healthy. 503 while loading
+    (``loading``), while a remote generator is still starting or reconnecting (``waiting``),
+    after a failed load or when the engine has stopped (``failed``). Answered on the event
+    loop, never behind model work. Only the status unless the caller has a valid key (or,
+    without keys, is local): the model, the index names and error messages are not for anyone
+    who can reach the port."""
     body = _readiness(state)
     if not sees_details(request):
         body = ReadyOut(status=body.status)
@@ -44,6 +46,8 @@ def _readiness(state: ServerState) -> ReadyOut:
     pipeline = state.pipeline
     try:
         pipeline.engine.check_health()
+    except EngineStartingError as exc:  # a remote generator still starting or reconnecting
+        return ReadyOut(status="waiting", error=str(exc))
     except EngineUnavailableError as exc:
         return ReadyOut(status="failed", error=str(exc))
     return ReadyOut(
