@@ -39,6 +39,7 @@ from rag.reviews.risk import RiskControl
 from rag.settings import Settings
 from rag.stages import GenerateStage, Generation, Retrieval, RetrieveStage
 from rag.stages.act import ActStage
+from rag.stages.answer_cache import AnswerCache
 from rag.types import (
     AskEvent,
     AskOptions,
@@ -130,6 +131,7 @@ class Pipeline:
         self.reviews = ReviewDesk(store, owns_store=reviews is None)
         self.risk = RiskControl(store, settings)
         self.act = ActStage(self.checker, self.reviews, self.risk) if self.checker else None
+        self.cache = AnswerCache(store, settings)
         self._loop = BackgroundLoop()
 
     @classmethod
@@ -289,6 +291,14 @@ class Pipeline:
             yield PassagesEvent(passages, ask.index)
             yield ResultEvent(self._reviewed(ask, reviewed, passages))
             return
+        cache_key = await asyncio.to_thread(self._cache_key, ask, retrieval.version)
+        if cache_key is not None:
+            cached = await asyncio.to_thread(self.cache.lookup, cache_key, ask.request_id)
+            if cached is not None:
+                yield PassagesEvent(cached.passages, ask.index)
+                ask.timings["total_s"] = time.perf_counter() - ask.started
+                yield ResultEvent(replace(cached, timings=dict(ask.timings)))
+                return
         passages = retrieval.passages
         if not passages:
             yield PassagesEvent([], ask.index)
@@ -318,14 +328,24 @@ class Pipeline:
             )
             return
         if self.checker is None:
-            yield ResultEvent(self._result(ask, answer, plan.passages, generation.usage))
-            return
-        checked, verification = await self._check(ask, answer, plan.passages, generation)
-        yield ResultEvent(
-            await self._act(
+            result = self._result(ask, answer, plan.passages, generation.usage)
+        else:
+            checked, verification = await self._check(ask, answer, plan.passages, generation)
+            result = await self._act(
                 ask, retrieval, answer, plan.passages, generation, checked, verification
             )
-        )
+        if cache_key is not None:
+            await asyncio.to_thread(self.cache.remember, cache_key, result, retrieval.version)
+        yield ResultEvent(result)
+
+    def _cache_key(self, ask: _Ask, version: str) -> str | None:
+        """The answer cache's key for this question (None: the cache is off)."""
+        if not self.cache.enabled:
+            return None
+        state = self.risk.state(ask.index)
+        threshold = state.choice.threshold if state.choice is not None else None
+        judgement = (state.version, threshold)
+        return self.cache.key(ask.question, ask.index, version, ask.options, judgement)
 
     async def _check(
         self, ask: _Ask, answer: str, passages: list[Passage], generation: Generation

@@ -365,6 +365,14 @@ class Settings(BaseSettings):
         5.0, gt=0, description="how often a server rereads a collection's calibration and labels"
     )
 
+    # Answer cache (rag/stages/answer_cache.py)
+    answer_cache_ttl_s: float = Field(
+        3600.0,
+        ge=0.0,
+        description="serve an answer that went out unreviewed again, for this long, to the same "
+        "question asked the same way of the same index content (0: off)",
+    )
+
     # Server
     ray_address: str | None = Field(
         None,

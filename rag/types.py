@@ -119,6 +119,8 @@ class Result:
     judgement: float | None = None
     """The judge model's P(yes) that the answer is correct and supported, if it was asked (the
     cascade asks only answers of uncertain first-stage confidence)."""
+    cached_from: str | None = None
+    """The id of the earlier answer this one was served from (the answer cache), if any."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -147,6 +149,7 @@ class Result:
             samples=[Sample(**c) for c in data.get("samples", [])],
             verification=data.get("verification"),
             judgement=data.get("judgement"),
+            cached_from=data.get("cached_from"),
         )
 
 

@@ -25,6 +25,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Audit draws are random (5 % of answers by default): off unless a test sets a rate (and a seed),
 # so that no other test finds an audit item it did not ask for in its queue.
 os.environ.setdefault("RAGGUARD_AUDIT_RATE", "0")
+# Likewise the answer cache (an hour by default): off unless a test turns it on, so that a test
+# asking the same question twice gets two generations.
+os.environ.setdefault("RAGGUARD_ANSWER_CACHE_TTL_S", "0")
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

@@ -23,8 +23,8 @@ HISTORY = SchemaHistory(
     version_table="ragguard_review_revision",
     lock_id=0x72616767,  # "ragg"
 )
-SCHEMA_VERSION = 6
-"""The newest revision this code knows, as a number (revision ``0006``)."""
+SCHEMA_VERSION = 7
+"""The newest revision this code knows, as a number (revision ``0007``)."""
 
 
 def _revision(version: int) -> str:

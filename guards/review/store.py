@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from guards.review import answer_cache, escalation, gold, rating_queue
+from guards.review import answer_cache, delivered, escalation, gold, rating_queue
 from guards.review.backend import Cursor, Database
 from guards.review.calibrations import CalibrationBook
 from guards.review.errors import (
@@ -84,6 +84,8 @@ class ReviewStore:
         """Reviewer labels, delivered answers and end-user feedback (``guards.review.labels``)."""
         self.calibrations = CalibrationBook(self.db, clock)
         """Each collection's calibration versions and the one in force."""
+        self.delivered = delivered.DeliveredAnswers(self.db, clock)
+        """Answers that went out unreviewed, cached for a while (``guards.review.delivered``)."""
 
     def close(self) -> None:
         self.db.close()
@@ -307,7 +309,8 @@ class ReviewStore:
         """Approve, edit, reject or escalate an item ``actor`` holds a live claim on.
 
         An approved or edited answer goes to the answer cache in the same transaction, so the
-        same question on the same index version gets it from then on; the verdict becomes a
+        same question on the same index version gets it from then on; a rejected or edited one
+        is withdrawn from the delivered-answer cache (``delivered``); the verdict becomes a
         label (``labels``) in that transaction too. An escalation goes to
         ``escalate_to`` (a reviewer's name), else to the admins; see ``claim``."""
         action = Resolution(action)
@@ -351,6 +354,8 @@ class ReviewStore:
                 and item.index_name
             ):
                 answer_cache.put(cur, item, actor, now)
+            if action in (Resolution.REJECT, Resolution.EDIT) and item.index_name:
+                delivered.withdraw(cur, item, now)
             verdict_label(cur, item, actor, now)
             return item
 

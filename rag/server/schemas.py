@@ -152,6 +152,11 @@ class AskResponse(BaseModel):
         description="the judge model's P(yes) that the answer is correct and supported, when "
         "the cascade asked it (first-stage confidence in the judge's band)",
     )
+    cached_from: str | None = Field(
+        None,
+        description="served from the answer cache: the request id of the answer that went out "
+        "first (same question, index content and settings, within the TTL)",
+    )
 
     @classmethod
     def from_result(cls, result: Result) -> AskResponse:

@@ -124,3 +124,10 @@ def test_labels_feedback_and_calibrations_on_postgresql(pg_url: str) -> None:
 
     clock = Clock()
     label_scenario(ReviewStore(new_database(pg_url), gold_rate=0.0, clock=clock), clock)
+
+
+def test_delivered_answers_on_postgresql(pg_url: str) -> None:
+    from tests.guards.test_review_delivered import delivered_scenario
+
+    clock = Clock()
+    delivered_scenario(ReviewStore(new_database(pg_url), gold_rate=0.0, clock=clock), clock)

@@ -368,7 +368,7 @@ def test_a_schema_1_database_is_migrated_with_its_rows(tmp_path: Path) -> None:
     conn.commit()
     conn.close()
     store = ReviewStore(path)
-    assert store.schema_version == SCHEMA_VERSION == 6
+    assert store.schema_version == SCHEMA_VERSION == 7
     item = store.get("old1")
     assert item.question == "q?" and item.confidence == 0.3 and item.passages == [{"doc_id": "d"}]
     assert item.reasons == ["low"] and item.deadline > 5.0 and item.status is Status.PENDING
