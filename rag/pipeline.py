@@ -13,7 +13,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Collection, Iterator
 from dataclasses import dataclass, field, replace
 
 from engine import Generator, ModelLoadError, ModelNotFoundError
@@ -67,8 +67,12 @@ class _Ask:
     request_id: str
     index: str
     policy: Policy | None
+    degrade: Collection[str] = ()
+    """Work to skip under load (``rag.server.degrade.STEPS``)."""
     started: float = field(default_factory=time.perf_counter)
     timings: dict[str, float] = field(default_factory=dict)
+    degraded: list[str] = field(default_factory=list)
+    """The steps of ``degrade`` that did skip something for this answer."""
 
     def lap(self, name: str, since: float) -> None:
         self.timings[name] = time.perf_counter() - since
@@ -204,10 +208,18 @@ class Pipeline:
         return self.ask_with(question, opts)
 
     def ask_with(
-        self, question: str, options: AskOptions, *, request_id: str | None = None
+        self,
+        question: str,
+        options: AskOptions,
+        *,
+        request_id: str | None = None,
+        degrade: Collection[str] = (),
     ) -> Result:
-        """``ask`` with the options as one object; ``request_id`` ties logs to the caller's id."""
-        return self._loop.run(self.ask_async(question, options, request_id=request_id))
+        """``ask`` with the options as one object; ``request_id`` ties logs to the caller's id;
+        ``degrade``: work to skip, as under load (see ``stream``)."""
+        return self._loop.run(
+            result_of(self.stream(question, options, request_id=request_id, degrade=degrade))
+        )
 
     def ask_stream(
         self, question: str, options: AskOptions | None = None, *, request_id: str | None = None
@@ -222,12 +234,20 @@ class Pipeline:
         return await result_of(self.stream(question, options, request_id=request_id))
 
     async def stream(
-        self, question: str, options: AskOptions | None = None, *, request_id: str | None = None
+        self,
+        question: str,
+        options: AskOptions | None = None,
+        *,
+        request_id: str | None = None,
+        degrade: Collection[str] = (),
     ) -> AsyncGenerator[AskEvent, None]:
         """The passages, the answer's text as it is generated, then the checked ``Result``.
         Leaving early aborts the generation, and an answer nobody received is never queued for
-        review. Past the deadline, ``DeadlineExceededError``."""
+        review. Past the deadline, ``DeadlineExceededError``. ``degrade``: work to skip under
+        load ("samples": no extra samples; "judge": no judge cascade), reported in the result's
+        ``degraded`` where it skipped something."""
         ask = self._start(question, options or AskOptions(), request_id)
+        ask.degrade = degrade
         timeout = ask.options.timeout_s or self.settings.request_timeout_s
         deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
         stages = self._stages(ask)
@@ -307,6 +327,9 @@ class Pipeline:
 
         # Tokenising the prompt (perhaps several times, to fit it) is CPU work: off the loop.
         plan = await asyncio.to_thread(self.generator.plan, ask.question, passages, opts)
+        if "samples" in ask.degrade and plan.samples is not None:
+            plan = replace(plan, samples=None)
+            ask.degraded.append("samples")
         yield PassagesEvent(plan.passages, ask.index)
         generation: Generation | None = None
         async for piece in self.generator.stream(plan, ask.request_id):
@@ -370,7 +393,10 @@ class Pipeline:
             verification=verification,
         )
         ask.lap("guards_s", since)
-        if self.judge is not None and self.judge.should_judge(checked.confidence):
+        judging = self.judge is not None and self.judge.should_judge(checked.confidence)
+        if judging and "judge" in ask.degrade:
+            ask.degraded.append("judge")  # the first-stage confidence stands
+        elif self.judge is not None and judging:
             since = time.perf_counter()
             try:
                 judgement = await self.judge.score(
@@ -465,6 +491,7 @@ class Pipeline:
             if checked is not None and checked.context is not None
             else None,
             review_id=review_id,
+            degraded=list(ask.degraded),
         )
         logs.note(
             question=ask.question,
@@ -473,6 +500,7 @@ class Pipeline:
             decision=decision.value,
             confidence=result.confidence,
             review_id=review_id,
+            degraded=list(ask.degraded),
             prompt_tokens=result.usage.prompt_tokens,
             completion_tokens=result.usage.completion_tokens,
         )

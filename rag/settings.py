@@ -365,6 +365,20 @@ class Settings(BaseSettings):
         5.0, gt=0, description="how often a server rereads a collection's calibration and labels"
     )
 
+    # Degrade under load (rag/server/degrade.py)
+    degrade_waiting: int = Field(
+        4,
+        ge=0,
+        description="questions waiting for a slot at which answers drop their extra samples; "
+        "twice as many also skip the judge (0: not by queue length)",
+    )
+    degrade_queue_s: float = Field(
+        5.0,
+        ge=0.0,
+        description="recent wait for a slot (seconds) at which answers drop their extra "
+        "samples; twice as long also skips the judge (0: not by queue time)",
+    )
+
     # Answer cache (rag/stages/answer_cache.py)
     answer_cache_ttl_s: float = Field(
         3600.0,

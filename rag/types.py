@@ -121,6 +121,8 @@ class Result:
     cascade asks only answers of uncertain first-stage confidence)."""
     cached_from: str | None = None
     """The id of the earlier answer this one was served from (the answer cache), if any."""
+    degraded: list[str] = field(default_factory=list)
+    """Work skipped because the server was loaded (``rag.server.degrade``: samples, judge)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,6 +152,7 @@ class Result:
             verification=data.get("verification"),
             judgement=data.get("judgement"),
             cached_from=data.get("cached_from"),
+            degraded=list(data.get("degraded", [])),
         )
 
 

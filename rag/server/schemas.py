@@ -157,6 +157,12 @@ class AskResponse(BaseModel):
         description="served from the answer cache: the request id of the answer that went out "
         "first (same question, index content and settings, within the TTL)",
     )
+    degraded: list[str] = Field(
+        default_factory=list,
+        description="work skipped because the server was loaded: 'samples' (no extra samples, "
+        "so no self-consistency), 'judge' (no judge cascade); the confidence is computed from "
+        "the signals the answer had",
+    )
 
     @classmethod
     def from_result(cls, result: Result) -> AskResponse:

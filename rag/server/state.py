@@ -13,6 +13,7 @@ from rag.errors import NotReadyError
 from rag.pipeline import Pipeline
 from rag.server.admission import Admission
 from rag.server.auth import KeyStore
+from rag.server.degrade import Degrader
 from rag.server.telemetry import Telemetry
 from rag.settings import Settings
 
@@ -33,8 +34,10 @@ class ServerState:
     lent to the pipeline it loads; or, for an app given a pipeline, that pipeline's."""
     telemetry: Telemetry = field(default_factory=Telemetry)
     admission: Admission = field(init=False)
+    degrader: Degrader = field(init=False)
 
     def __post_init__(self) -> None:
+        self.degrader = Degrader(self.settings.degrade_waiting, self.settings.degrade_queue_s)
         self.admission = Admission(
             self.settings.max_concurrent_questions,
             self.settings.max_waiting_questions,
@@ -43,6 +46,10 @@ class ServerState:
             max_queue_wait_s=self.settings.max_queue_wait_s,
             max_queue_wait_services=self.settings.max_queue_wait_services,
         )
+
+    def degrade(self, waited_s: float) -> tuple[str, ...]:
+        """The degradation steps for a question just admitted after ``waited_s``."""
+        return self.degrader.steps(self.telemetry.load.waiting, waited_s)
 
 
 def get_state(request: Request) -> ServerState:

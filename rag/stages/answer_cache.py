@@ -123,6 +123,7 @@ class AnswerCache:
             or result.abstained
             or result.review_id is not None
             or result.cached_from is not None
+            or result.degraded  # a full answer, not one made with less work under load
         ):
             return False
         try:

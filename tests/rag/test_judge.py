@@ -15,7 +15,7 @@ from rag.guarding import AnswerChecker
 from rag.judge import JudgeBand, judge_messages, judged_passages
 from rag.pipeline import Pipeline
 from rag.settings import Settings
-from rag.types import Passage
+from rag.types import AskOptions, Passage
 from tests.fakes import HashingEmbedder
 
 PASSAGES = [
@@ -125,8 +125,11 @@ def test_the_cascade_asks_the_judge_only_inside_its_band(demo_pipeline: Pipeline
     pipeline = Pipeline(every, demo_pipeline.embedder, demo_pipeline.engine)
     try:
         judged = pipeline.ask(question)
+        unjudged = pipeline.ask_with(question, AskOptions(), degrade=("judge",))  # under load
     finally:
         pipeline.close()
+    assert unjudged.degraded == ["judge"] and unjudged.judgement is None
+    assert "judge_s" not in unjudged.timings and unjudged.confidence is not None
     assert judged.judgement is not None and 0.0 <= judged.judgement <= 1.0
     assert "judge_s" in judged.timings
     verdict = next(g for g in judged.guard_results if g.name == "judge")

@@ -106,8 +106,11 @@ async def answer_grounded(
         stream = _grounded_stream(request, pipeline, state, job, question, options, arrival)
         return event_stream(stream, state.settings, sep="\n")
     async with state.admission.slot() as waited_s:
+        degrade = state.degrade(waited_s)
         events = state.telemetry.track(
-            pipeline.stream(question, options, request_id=request_id), arrival, waited_s
+            pipeline.stream(question, options, request_id=request_id, degrade=degrade),
+            arrival,
+            waited_s,
         )
         result = await unless_disconnected(request, result_of(events))
     grounding = _grounding(result)
@@ -156,7 +159,8 @@ async def _grounded_stream(
         async with state.admission.slot(checked=True) as waited_s:
             if job.chat:
                 yield shape.chunk(0, "", role=True)
-            events = pipeline.stream(question, options, request_id=request_id)
+            degrade = state.degrade(waited_s)
+            events = pipeline.stream(question, options, request_id=request_id, degrade=degrade)
             streamed = ""
             async for event in state.telemetry.track(events, arrival, waited_s):
                 if isinstance(event, TokenEvent) and event.text:

@@ -225,6 +225,14 @@ class Grounding(BaseModel):
     abstain_reason: str | None
     index: str
     request_id: str
+    cached_from: str | None = Field(
+        None, description="served from the answer cache: the id of the answer that went out first"
+    )
+    degraded: list[str] = Field(
+        default_factory=list,
+        description="work skipped under load (samples, judge); the confidence is computed "
+        "without it",
+    )
 
 
 class ChatMessageOut(BaseModel):

@@ -54,7 +54,14 @@ async def ask(
         return event_stream(stream, state.settings)
     async with state.admission.slot() as slot_wait_s:
         events = state.telemetry.track(
-            pipeline.stream(body.question, options, request_id=request_id), arrival, slot_wait_s
+            pipeline.stream(
+                body.question,
+                options,
+                request_id=request_id,
+                degrade=state.degrade(slot_wait_s),
+            ),
+            arrival,
+            slot_wait_s,
         )
         result = await unless_disconnected(request, result_of(events))
     return AskResponse.from_result(result)
@@ -68,7 +75,8 @@ async def _sse(
     arrival = time.perf_counter()
     try:
         async with state.admission.slot(checked=True) as slot_wait_s:
-            events = pipeline.stream(question, options, request_id=request_id)
+            degrade = state.degrade(slot_wait_s)
+            events = pipeline.stream(question, options, request_id=request_id, degrade=degrade)
             async for event in state.telemetry.track(events, arrival, slot_wait_s):
                 yield _encode(event)
     except RagGuardError as exc:
