@@ -17,6 +17,7 @@ import torch
 from engine.beam_search import BeamSearch
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.cuda_usage import cuda_monitor
 from engine.errors import ModelLoadError
 from engine.model_loader import load_config_and_tokenizer, load_state_dict, resolve_model
 from engine.model_runner import ModelRunner
@@ -60,6 +61,16 @@ class EngineStats:
     """...and those of them accepted."""
     num_steps_without_speculation: int = 0
     """Steps that drafted nothing because too many sequences were decoding."""
+    num_steps: int = 0
+    """Steps that ran a batch since start..."""
+    step_time_s: float = 0.0
+    """...and their total duration: scheduling, the forward pass, sampling and outputs."""
+    cuda_memory_allocated_bytes: int | None = None
+    """On CUDA: device memory held by tensors (weights, KV cache, activations)..."""
+    cuda_memory_reserved_bytes: int | None = None
+    """...and held by the caching allocator. None (like the next) on any other device."""
+    gpu_utilization: float | None = None
+    """On CUDA with NVML: share of its latest sample period in which a kernel ran (0-1)."""
 
 
 class LLMEngine:
@@ -130,6 +141,9 @@ class LLMEngine:
         self._lock = threading.RLock()
         self.outputs = OutputProcessor(self._requests, self.scheduler, self.stopping, self.device)
         self._num_prompt_tokens = 0
+        self._num_steps = 0
+        self._step_time_s = 0.0
+        self._cuda = cuda_monitor(self.device)
         self._started = time.perf_counter()
 
     # ------------------------------------------------------------- interface
@@ -252,6 +266,7 @@ class LLMEngine:
         bm, outputs = self.block_manager, self.outputs
         elapsed = time.perf_counter() - self._started
         graphs = self.runner.decode_graphs
+        cuda = self._cuda.read() if self._cuda is not None else None
         return EngineStats(
             num_running=len(self.scheduler.running),
             num_waiting=len(self.scheduler.waiting),
@@ -270,15 +285,21 @@ class LLMEngine:
             num_draft_tokens=outputs.num_draft_tokens,
             num_accepted_tokens=outputs.num_accepted_tokens,
             num_steps_without_speculation=self.scheduler.num_steps_without_speculation,
+            num_steps=self._num_steps,
+            step_time_s=self._step_time_s,
+            cuda_memory_allocated_bytes=cuda.memory_allocated_bytes if cuda else None,
+            cuda_memory_reserved_bytes=cuda.memory_reserved_bytes if cuda else None,
+            gpu_utilization=cuda.utilization if cuda else None,
         )
 
     # ------------------------------------------------------------------ step
     def step(self) -> list[RequestOutput]:
         """One engine iteration; returns the requests that got new tokens (finished or not)."""
         with self._lock:
+            started = time.perf_counter()
             batch = self.scheduler.schedule()
             if not batch:
-                return []
+                return []  # an idle step: not counted, so the mean step time is the batches'
             now = time.perf_counter()
             for seq, _ in batch.items:
                 timing = self._requests[seq.request_id].timing
@@ -292,6 +313,9 @@ class LLMEngine:
                 self.block_manager.register_computed_blocks(seq)
             touched = self.outputs.process(sampling, logits)
             outputs = [self._output(self._requests[r]) for r in touched if r in self._requests]
+            # Counted before the outputs go out: whoever has a step's output sees it counted.
+            self._num_steps += 1
+            self._step_time_s += time.perf_counter() - started
             for out in outputs:
                 self._deliver(out)
             return outputs

@@ -61,6 +61,11 @@ def test_engine_in_bfloat16_on_cuda_answers_and_frees_its_blocks() -> None:
     assert "Paris" in greedy.outputs[0].text
     assert len(sampled.outputs) == 4
     assert engine.block_manager.num_used_blocks == 0
+    stats = engine.stats()  # the device's memory: weights and KV cache at least
+    allocated, reserved = stats.cuda_memory_allocated_bytes, stats.cuda_memory_reserved_bytes
+    assert allocated is not None and reserved is not None
+    assert reserved >= allocated >= engine.config.kv_cache_memory_bytes
+    assert stats.gpu_utilization is None or 0 <= stats.gpu_utilization <= 1  # None: no NVML
 
 
 def test_int8_engine_on_cuda_follows_the_bf16_one() -> None:

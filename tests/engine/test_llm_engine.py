@@ -250,6 +250,22 @@ def test_stop_strings_and_lengths(engine: LLMEngine) -> None:
     assert short.finish_reason is FinishReason.LENGTH and len(short.token_ids) == 3
 
 
+def test_stats_count_the_steps_that_ran_a_batch_and_their_time(engine: LLMEngine) -> None:
+    before = engine.stats()
+    assert engine.step() == []  # nothing to do: not a step the mean step time should count
+    assert engine.stats().num_steps == before.num_steps
+    params = SamplingParams(max_tokens=5, ignore_eos=True)
+    out = engine.generate([chat(engine, QUESTIONS[1])], params)[0].outputs[0]
+    after = engine.stats()
+    assert len(out.token_ids) == 5
+    # One token per step (no speculation): the prefill's step and four decode steps at least.
+    assert after.num_steps - before.num_steps >= 5
+    assert after.step_time_s > before.step_time_s
+    # On the CPU the device figures are absent, not zero.
+    assert after.cuda_memory_allocated_bytes is None and after.cuda_memory_reserved_bytes is None
+    assert after.gpu_utilization is None
+
+
 def test_abort_frees_every_block_and_unknown_ids_are_ignored(engine: LLMEngine) -> None:
     bm = engine.block_manager
     ids = [

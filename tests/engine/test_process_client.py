@@ -54,6 +54,7 @@ def test_streams_the_same_greedy_tokens_as_the_engine_in_process(
     )
     stats = process_engine.stats()
     assert stats is not None and stats.num_generated_tokens >= len(steps[-1])
+    assert stats.num_steps >= len(steps) and stats.step_time_s > 0  # timed in the child
 
 
 def test_concurrent_callers_get_their_own_answers(
