@@ -163,7 +163,9 @@ def create_app(
     app.add_middleware(Utf8JsonBodies)
 
     # Outermost: every request gets its id and one log record, errors and 404s included.
-    app.add_middleware(RequestLog, log_text=state.settings.log_text)
+    app.add_middleware(
+        RequestLog, log_text=state.settings.log_text, resources=state.telemetry.resource_fields
+    )
 
     app.include_router(health.router)
     app.include_router(metrics.router)

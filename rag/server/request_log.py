@@ -3,7 +3,9 @@
 Pure ASGI (no ``BaseHTTPMiddleware``), so a streamed answer is logged when its last event has
 been sent, with the latency the client saw, and a cancelled request still leaves its record.
 The record holds the request id, method, route template, status, latency and what the stages
-noted (``rag.logs.note``: index, sampling parameters, decision, confidence, tokens, review id).
+noted (``rag.logs.note``: index, sampling parameters, decision, confidence, tokens, review id)
+and, given a ``resources`` reader, what the server holds as the request ends (resident memory,
+KV blocks, CUDA memory: ``rag.server.resources``).
 Headers are never logged, so neither are API keys; question and answer text only with the
 ``log_text`` setting.
 """
@@ -15,6 +17,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -39,9 +42,16 @@ def request_id_from(scope: Scope) -> str:
 class RequestLog:
     """Sets ``request.state.request_id``, echoes it as ``X-Request-ID``, logs the request."""
 
-    def __init__(self, app: ASGIApp, *, log_text: bool = False):
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        log_text: bool = False,
+        resources: Callable[[], dict[str, Any]] | None = None,
+    ):
         self.app = app
         self.log_text = log_text
+        self.resources = resources
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -92,6 +102,7 @@ class RequestLog:
         if outcome != "completed":
             fields["outcome"] = outcome
         fields.update(redacted(noted, keep_text=self.log_text))
+        fields.update(self._resource_fields())
         logger.log(
             logging.ERROR if outcome == "failed" else logging.INFO,
             "%s %s %s",
@@ -100,3 +111,12 @@ class RequestLog:
             status,
             extra={"fields": fields},
         )
+
+    def _resource_fields(self) -> dict[str, Any]:
+        if self.resources is None:
+            return {}
+        try:
+            return self.resources()
+        except Exception:  # a failed reading must not cost the request its record
+            logger.warning("resource fields left out of the request log", exc_info=True)
+            return {}

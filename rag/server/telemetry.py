@@ -3,7 +3,9 @@
 Latencies are observed where the user sees them, on the server's stream of answer events:
 time to first token and end-to-end from the request's arrival, gaps between token events, and
 queue time (waiting for a slot, then for the engine's first step). Engine gauges and counters
-are read from the engine client's stats at scrape time.
+are read from the engine client's stats at scrape time, the process's resident memory likewise.
+The app's registry is its own, so prometheus_client's default ``process_*`` metrics are not in
+it: ours carry the prefix.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -20,6 +23,7 @@ from prometheus_client.registry import Collector
 from engine.llm_engine import EngineStats
 from guards import Action
 from rag.reviews.risk import CollectionRisk
+from rag.server.resources import process_rss_bytes, resource_fields
 from rag.types import AskEvent, ResultEvent, TokenEvent
 
 logger = logging.getLogger(__name__)
@@ -64,6 +68,18 @@ class _EngineCollector(Collector):
         yield _gauge("num_sequences_running", "sequences in the engine's batch", stats.num_running)
         used = stats.num_kv_blocks_used / stats.num_kv_blocks if stats.num_kv_blocks else 0.0
         yield _gauge("kv_cache_usage_perc", "share of KV-cache blocks in use (0-1)", used)
+        yield _gauge("kv_cache_blocks_used", "KV-cache blocks in use", stats.num_kv_blocks_used)
+        yield _gauge(
+            "kv_cache_blocks_free",
+            "KV-cache blocks not in use",
+            stats.num_kv_blocks - stats.num_kv_blocks_used,
+        )
+        yield _counter("engine_steps", "engine steps that ran a batch", stats.num_steps)
+        yield _counter(
+            "engine_step_seconds",
+            "time spent in those steps (divide by engine_steps for the mean step time)",
+            stats.step_time_s,
+        )
         yield _counter("prompt_tokens", "prompt tokens processed", stats.num_prompt_tokens)
         yield _counter("generation_tokens", "tokens generated", stats.num_generated_tokens)
         yield _counter("prefix_cache_queries", "prompt blocks looked up", stats.num_prefix_queries)
@@ -84,6 +100,38 @@ class _EngineCollector(Collector):
             "engine steps that drafted nothing because too many sequences were decoding",
             stats.num_steps_without_speculation,
         )
+        yield from _cuda_gauges(stats)
+
+
+def _cuda_gauges(stats: EngineStats) -> Iterator[Metric]:
+    """The engine's CUDA device; nothing on any other device (the stats have None)."""
+    if stats.cuda_memory_allocated_bytes is not None:
+        yield _gauge(
+            "cuda_memory_allocated_bytes",
+            "engine device memory held by tensors (weights, KV cache, activations)",
+            stats.cuda_memory_allocated_bytes,
+        )
+    if stats.cuda_memory_reserved_bytes is not None:
+        yield _gauge(
+            "cuda_memory_reserved_bytes",
+            "engine device memory held by the caching allocator",
+            stats.cuda_memory_reserved_bytes,
+        )
+    if stats.gpu_utilization is not None:
+        yield _gauge(
+            "gpu_utilization_perc",
+            "share of NVML's latest sample period in which a kernel ran (0-1)",
+            stats.gpu_utilization,
+        )
+
+
+class _ProcessCollector(Collector):
+    """The server process's resident memory, read when Prometheus scrapes."""
+
+    def collect(self) -> Iterator[Metric]:
+        rss = process_rss_bytes()
+        if rss is not None:  # an unknown figure is left out, not reported as 0
+            yield _gauge("process_resident_memory_bytes", "the server's resident memory", rss)
 
 
 _RISK_GAUGES = (
@@ -142,9 +190,12 @@ class Telemetry:
     guard_outcomes: Counter = field(init=False)
     reviews_queued: Counter = field(init=False)
     feedback: Counter = field(init=False)
+    engine_stats: Callable[[], EngineStats | None] | None = field(default=None, init=False)
+    """The engine client's stats, once the engine is loaded."""
 
     def __post_init__(self) -> None:
         r = self.registry
+        r.register(_ProcessCollector())
         self.ttft = self._histogram(
             "time_to_first_token_seconds", "arrival to the first token sent", _LATENCY_BUCKETS
         )
@@ -185,7 +236,12 @@ class Telemetry:
 
     def watch_engine(self, stats: Callable[[], EngineStats | None]) -> None:
         """Expose the engine's gauges and counters (once, when the engine is loaded)."""
+        self.engine_stats = stats
         self.registry.register(_EngineCollector(stats, lambda: self.load))
+
+    def resource_fields(self) -> dict[str, Any]:
+        """Resource figures for a request's log record (``rag.server.resources``)."""
+        return resource_fields(self.engine_stats() if self.engine_stats is not None else None)
 
     def watch_risk(self, status: Callable[[], list[CollectionRisk]]) -> None:
         """Expose each collection's risk control (once, when the pipeline is loaded)."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import logging
 import multiprocessing
 import time
 from collections.abc import Iterator
@@ -294,6 +295,52 @@ def test_request_id_is_echoed_and_shared_with_the_result(client: TestClient) -> 
     assert response.json()["request_id"] == "trace-123"
 
 
+def test_request_log_records_carry_the_servers_resources(
+    fake_pipeline: Pipeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    from engine.llm_engine import EngineStats
+
+    app = create_app(pipeline=fake_pipeline)
+    state = app.state.ragguard
+    client = TestClient(app)
+    caplog.set_level(logging.INFO, logger="ragguard.request")
+
+    def logged(request_id: str) -> dict[str, object]:
+        client.get("/healthz", headers={"x-request-id": request_id})
+        for record in caplog.records:
+            fields = getattr(record, "fields", {})
+            if record.name == "ragguard.request" and fields.get("request_id") == request_id:
+                return dict(fields)
+        raise AssertionError(f"no request record of {request_id}")
+
+    # The scripted generator is no engine of ours: the server's memory, no KV pool.
+    scripted = logged("resources-scripted")
+    assert isinstance(scripted["rss_bytes"], int) and scripted["rss_bytes"] > 0
+    assert not {"kv_blocks_used", "kv_blocks_free"} & scripted.keys()
+    stats = EngineStats(
+        num_running=0,
+        num_waiting=0,
+        num_kv_blocks=64,
+        num_kv_blocks_used=5,
+        prefix_cache_hit_rate=0.0,
+        num_preemptions=0,
+        num_generated_tokens=0,
+        generated_tokens_per_s=0.0,
+    )
+    state.telemetry.watch_engine(lambda: stats)
+    engine = logged("resources-engine")
+    assert (engine["kv_blocks_used"], engine["kv_blocks_free"]) == (5, 59)
+    assert not [name for name in engine if name.startswith(("cuda", "gpu"))]  # CPU stats
+
+    def broken() -> EngineStats:
+        raise RuntimeError("stats unreadable")
+
+    state.telemetry.engine_stats = broken
+    unread = logged("resources-broken")  # the record is still written, without the figures
+    assert unread["status"] == 200 and "rss_bytes" not in unread
+    assert "resource fields left out" in caplog.text
+
+
 def test_an_unreadable_index_is_left_out_of_the_listing(
     client: TestClient, fake_pipeline: Pipeline
 ) -> None:
@@ -331,6 +378,16 @@ def test_the_engine_in_its_own_process_serves_the_app(tmp_path: Path) -> None:
             line for line in metrics.splitlines() if line.startswith("ragguard:generation_tokens")
         ]
         assert generated and float(generated[0].split()[-1]) > 0
+        # The child's step time and KV pool come with its stats across the pipe.
+        values = {
+            name: float(value)
+            for name, value in (
+                line.rsplit(" ", 1) for line in metrics.splitlines() if line[:1] != "#"
+            )
+        }
+        assert values["ragguard:engine_steps_total"] > 0
+        assert values["ragguard:engine_step_seconds_total"] > 0
+        assert values["ragguard:kv_cache_blocks_free"] > 0
         assert http.get("/healthz").status_code == 200
         assert [p.name for p in multiprocessing.active_children()] == ["ragguard-engine"]
     # Leaving the app shut the engine down: its process is gone.

@@ -169,6 +169,10 @@ def test_request_logs_are_json_records_without_keys_or_question_text(
     assert ask["temperature"] is not None and ask["top_k"] >= 1
     assert ask["question_chars"] == len(SECRET_QUESTION)
     assert ask["completion_tokens"] == answer.json()["usage"]["completion_tokens"]
+    # What the server held as the answer went out: its memory, the model's weights in it, and
+    # the engine's KV pool.
+    assert ask["rss_bytes"] > 100 << 20
+    assert ask["kv_blocks_used"] >= 0 and ask["kv_blocks_free"] > 0
     refused = next(r for r in records if r.get("request_id") == "log-401")
     assert refused["status"] == 401 and refused["route"] == "/v1/documents"
     assert all({"time", "level", "logger", "message"} <= r.keys() for r in records)

@@ -261,6 +261,19 @@ def test_metrics_are_prometheus_histograms_gauges_and_counters(live: Live) -> No
     assert values["ragguard:num_requests_running"] == 0
     assert values["ragguard:num_requests_waiting"] == 0
     assert values["ragguard:request_rejected_total"] == 0
+    # Resources: the KV pool as the engine counts it (idle now, so the figures hold still), the
+    # steps that answered, the server's memory; no CUDA figures on the CPU.
+    wait_until(lambda: not live.engine.has_unfinished_requests(), "engine idle")
+    values = metrics(live.url)
+    stats = live.engine.stats()
+    assert values["ragguard:kv_cache_blocks_used"] == stats.num_kv_blocks_used
+    assert values["ragguard:kv_cache_blocks_free"] == stats.num_kv_blocks - stats.num_kv_blocks_used
+    assert values["ragguard:kv_cache_blocks_free"] > 0
+    assert values["ragguard:engine_steps_total"] == stats.num_steps >= 2  # one per ask at least
+    assert values["ragguard:engine_step_seconds_total"] == pytest.approx(stats.step_time_s)
+    assert values["ragguard:engine_step_seconds_total"] > 0
+    assert values["ragguard:process_resident_memory_bytes"] > 100 << 20  # the model is in it
+    assert not [name for name in values if name.startswith(("ragguard:cuda", "ragguard:gpu"))]
 
 
 def test_speculative_decoding_counters_come_from_the_engine_stats() -> None:
@@ -288,6 +301,60 @@ def test_speculative_decoding_counters_come_from_the_engine_stats() -> None:
     assert value("ragguard:spec_decode_num_draft_tokens_total") == 30
     assert value("ragguard:spec_decode_num_accepted_tokens_total") == 12
     assert value("ragguard:spec_decode_num_steps_off_total") == 5
+
+
+def test_resource_metrics_come_from_the_process_and_the_engine_stats() -> None:
+    from dataclasses import replace
+
+    from prometheus_client import generate_latest
+
+    from engine.llm_engine import EngineStats
+    from rag.server.telemetry import Telemetry
+
+    telemetry = Telemetry()
+    value = telemetry.registry.get_sample_value
+    # Before the engine has loaded: the server's memory only. The app's registry has no
+    # default process collector of prometheus_client: our name is the only one.
+    rss = value("ragguard:process_resident_memory_bytes")
+    assert rss is not None and rss > 0
+    assert value("process_resident_memory_bytes") is None
+    assert value("ragguard:kv_cache_blocks_used") is None
+    on_cpu = EngineStats(
+        num_running=1,
+        num_waiting=0,
+        num_kv_blocks=10,
+        num_kv_blocks_used=3,
+        prefix_cache_hit_rate=0.0,
+        num_preemptions=0,
+        num_generated_tokens=40,
+        generated_tokens_per_s=1.0,
+        num_steps=4,
+        step_time_s=0.5,
+    )
+    current = [on_cpu]
+    telemetry.watch_engine(lambda: current[0])
+    assert value("ragguard:kv_cache_blocks_used") == 3
+    assert value("ragguard:kv_cache_blocks_free") == 7
+    assert value("ragguard:kv_cache_usage_perc") == 0.3
+    assert value("ragguard:engine_steps_total") == 4
+    assert value("ragguard:engine_step_seconds_total") == 0.5
+    names = {family.name for family in telemetry.registry.collect()}
+    assert not {n for n in names if n.startswith(("ragguard:cuda", "ragguard:gpu"))}
+    current[0] = replace(
+        on_cpu,
+        cuda_memory_allocated_bytes=3 << 30,
+        cuda_memory_reserved_bytes=4 << 30,
+        gpu_utilization=0.25,
+    )
+    assert value("ragguard:cuda_memory_allocated_bytes") == 3 << 30
+    assert value("ragguard:cuda_memory_reserved_bytes") == 4 << 30
+    assert value("ragguard:gpu_utilization_perc") == 0.25
+    current[0] = replace(current[0], gpu_utilization=None)  # CUDA without NVML
+    assert value("ragguard:gpu_utilization_perc") is None
+    assert value("ragguard:cuda_memory_reserved_bytes") == 4 << 30
+    text = generate_latest(telemetry.registry).decode()
+    declared = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")]
+    assert len(declared) == len(set(declared))  # no name twice
 
 
 def test_the_openai_routes_end_at_a_deadline_and_when_the_client_leaves(
