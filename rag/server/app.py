@@ -42,9 +42,16 @@ def _load(state: ServerState) -> None:
     pipeline = Pipeline.from_settings(
         state.settings, require_index=False, reviews=state.reviews, wait_for_generator=False
     )
+    _watch(state, pipeline)
+    state.pipeline = pipeline
+
+
+def _watch(state: ServerState, pipeline: Pipeline) -> None:
+    """Expose the loaded pipeline's engine, risk control and answer cache in ``/metrics``."""
     state.telemetry.watch_engine(pipeline.engine.stats)
     state.telemetry.watch_risk(pipeline.risk.status)
-    state.pipeline = pipeline
+    cache = pipeline.cache
+    state.telemetry.watch_cache(lambda: (cache.hits, cache.misses))
 
 
 async def _load_in_background(state: ServerState) -> None:
@@ -131,8 +138,7 @@ def create_app(
         own_reviews = None if pipeline else await run_in_threadpool(open_review_store, s)
         state.reviews = pipeline.reviews.store if pipeline else own_reviews
         if pipeline is not None:
-            state.telemetry.watch_engine(pipeline.engine.stats)
-            state.telemetry.watch_risk(pipeline.risk.status)
+            _watch(state, pipeline)
         # Load in the background so that /healthz and /readyz answer while the model loads.
         task = None if state.pipeline else asyncio.create_task(_load_in_background(state))
         lag_monitor = start_loop_lag_monitor(state.telemetry.loop_lag.observe)

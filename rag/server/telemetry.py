@@ -145,6 +145,18 @@ _RISK_GAUGES = (
 )  # fmt: skip
 
 
+class _CacheCollector(Collector):
+    """The answer cache's lookups, read when scraped."""
+
+    def __init__(self, counts: Callable[[], tuple[int, int]]):
+        self.counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        hits, misses = self.counts()
+        yield _counter("answer_cache_hits", "questions answered from the answer cache", hits)
+        yield _counter("answer_cache_misses", "answer cache lookups that found nothing", misses)
+
+
 class _RiskCollector(Collector):
     """Each collection's labels, calibration and certified threshold, read when scraped."""
 
@@ -190,6 +202,7 @@ class Telemetry:
     guard_outcomes: Counter = field(init=False)
     reviews_queued: Counter = field(init=False)
     feedback: Counter = field(init=False)
+    degraded: Counter = field(init=False)
     engine_stats: Callable[[], EngineStats | None] | None = field(default=None, init=False)
     """The engine client's stats, once the engine is loaded."""
 
@@ -230,6 +243,12 @@ class Telemetry:
         self.feedback = Counter(
             PREFIX + "feedback", "end-user feedback on answers", ["index", "rating"], registry=r
         )
+        self.degraded = Counter(
+            PREFIX + "degraded_answers",
+            "answers that skipped work under load, by step (samples, judge)",
+            ["step"],
+            registry=r,
+        )
 
     def _histogram(self, name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
         return Histogram(PREFIX + name, doc, buckets=buckets, registry=self.registry)
@@ -246,6 +265,10 @@ class Telemetry:
     def watch_risk(self, status: Callable[[], list[CollectionRisk]]) -> None:
         """Expose each collection's risk control (once, when the pipeline is loaded)."""
         self.registry.register(_RiskCollector(status))
+
+    def watch_cache(self, counts: Callable[[], tuple[int, int]]) -> None:
+        """Expose the answer cache's hits and misses (once, when the pipeline is loaded)."""
+        self.registry.register(_CacheCollector(counts))
 
     async def track(
         self, events: AsyncIterator[AskEvent], arrival: float, slot_wait_s: float
@@ -270,4 +293,6 @@ class Telemetry:
                     self.guard_outcomes.labels(verdict.name, verdict.outcome).inc()
                 if result.decision is Action.REVIEW and result.review_id is not None:
                     self.reviews_queued.inc()
+                for step in result.degraded:
+                    self.degraded.labels(step).inc()
             yield event

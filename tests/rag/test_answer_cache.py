@@ -151,3 +151,26 @@ def test_off_at_zero(make: Make) -> None:
     pipe.ask(QUESTION)
     assert pipe.ask(QUESTION).cached_from is None and generator.calls == 2
     assert (pipe.cache.hits, pipe.cache.misses) == (0, 0)
+
+
+def test_over_http_with_its_counters(make: Make) -> None:
+    from fastapi.testclient import TestClient
+
+    from rag.server import create_app
+
+    pipe, generator = make()
+    with TestClient(create_app(pipeline=pipe)) as http:
+        first = http.post("/v1/ask", json={"question": QUESTION}).json()
+        assert first["cached_from"] is None
+        again = http.post("/v1/ask", json={"question": QUESTION}).json()
+        assert again["cached_from"] == first["request_id"] and again["answer"] == first["answer"]
+        chat = {"model": "ragguard", "messages": [{"role": "user", "content": QUESTION}]}
+        grounded = http.post("/v1/chat/completions", json=chat).json()["ragguard"]
+        assert grounded["cached_from"] == first["request_id"]
+        # Feedback on the served copy, by its own id, is accepted.
+        thumbs = http.post(f"/v1/answers/{again['request_id']}/feedback", json={"rating": "up"})
+        assert thumbs.status_code == 201, thumbs.text
+        metrics = http.get("/metrics").text
+    assert "ragguard:answer_cache_hits_total 2.0" in metrics
+    assert "ragguard:answer_cache_misses_total 1.0" in metrics
+    assert generator.calls == 1

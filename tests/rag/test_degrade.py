@@ -90,3 +90,5 @@ def test_the_server_degrades_answers_under_load(sampled: Pipeline) -> None:
         )
         assert grounded.status_code == 200, grounded.text
         assert grounded.json()["ragguard"]["degraded"] == ["samples"]
+        metrics = http.get("/metrics").text
+        assert 'ragguard:degraded_answers_total{step="samples"} 2.0' in metrics
