@@ -7,8 +7,8 @@ Starts ``ragguard serve`` on a free port (``RAGGUARD_*`` settings, data and inde
 closed loop of M questions at concurrency C (default: the server's ``max_concurrent_questions``):
 questions/s and tokens/s (the ``/metrics`` counter), R = 0.8 × questions/s; (3) open loop at each
 multiple of R: seeded exponential gaps for ``--duration`` s, every request streamed, no client
-cap: status, Retry-After on 429, TTFT, inter-token gaps, e2e, and ``/healthz`` probed every 100
-ms from a thread; then the drain. Then, the server stopped, in process with the same settings:
+cap: status, Retry-After on 429, TTFT, inter-token gaps, e2e, what a degraded answer skipped,
+and ``/healthz`` probed every 100 ms from a process of its own; then the drain. Then, the server stopped, in process with the same settings:
 the K questions through ``Pipeline.ask_with`` (HTTP overhead), and the saturated workload's
 prompts on the engine alone at concurrency C (server ÷ engine tokens/s; greedy, so the token
 counts match). Prints markdown tables (p50 = median) and the targets; ``--json PATH``: raw data.
@@ -79,6 +79,8 @@ class Record:
     itl: list[float] = field(default_factory=list)
     e2e: float | None = None
     tokens: int = 0
+    degraded: list[str] = field(default_factory=list)
+    """What the answer skipped under load (the result's ``degraded``)."""
     error: str | None = None
 
 
@@ -220,7 +222,9 @@ async def ask_streamed(client: httpx.AsyncClient, url: str, question: str, mt: i
                     last = now
                 elif line.startswith("data:") and event == "result":
                     record.e2e = now - sent
-                    record.tokens = int(json.loads(line[5:])["usage"]["completion_tokens"])
+                    result = json.loads(line[5:])
+                    record.tokens = int(result["usage"]["completion_tokens"])
+                    record.degraded = list(result.get("degraded", []))
                 elif line.startswith("data:") and event == "error":
                     record.error = str(json.loads(line[5:]).get("error", "error"))
         if record.e2e is None and record.error is None:
@@ -304,6 +308,8 @@ async def open_loop(
         **{f"{k}_p{q}": pct(v, q) for k, v in series.items() for q in (50, 99)},
         "refused": len(refused),
         "refused_share": len(refused) / max(1, len(records)),
+        "degraded_share": sum(bool(r.degraded) for r in ok) / max(1, len(ok)),
+        "judge_skipped_share": sum("judge" in r.degraded for r in ok) / max(1, len(ok)),
         "refused_with_retry_after": sum(r.retry_after for r in refused),
         "server_errors": server_errors,
         "other_errors": len(records) - len(ok) - len(refused) - server_errors,
@@ -398,11 +404,13 @@ def report(args: argparse.Namespace, f: dict[str, Any]) -> list[dict[str, Any]]:
     header = [f"saturated, {sat['questions']} questions, C = {c}", "questions/s", "tokens/s"]
     table([*header, "tokens sampled / in answers"], rows)
     header = ["× R", "offered/s", "arrivals", "completed/s", "tokens/s", "TTFT p50 / p99"]
-    header += ["ITL p50 / p99", "e2e p50 / p99", "429", "with Retry-After", "5xx", "other"]
+    header += ["ITL p50 / p99", "e2e p50 / p99", "429", "degraded", "with Retry-After", "5xx"]
+    header += ["other"]
     lines = [
         f"{m} | {p['offered_per_s']:.2f} | {p['arrivals']} | {p['completed_per_s']:.2f} | "
         f"{p['tokens_per_s']:.1f} | {pair(p, 'ttft')} | {pair(p, 'itl', ms)} | "
-        f"{pair(p, 'e2e')} | {p['refused_share']:.0%} | {p['refused_with_retry_after']}/"
+        f"{pair(p, 'e2e')} | {p['refused_share']:.0%} | {p['degraded_share']:.0%} | "
+        f"{p['refused_with_retry_after']}/"
         f"{p['refused']} | {p['server_errors']} | {p['other_errors']} | {pair(p, 'health', ms)}"
         f" | ≤ {ms(p.get('loop_lag_p50'))} / ≤ {ms(p.get('loop_lag_p99'))}"
         f" | {p.get('concurrency_limit') or '—'}"
@@ -493,6 +501,9 @@ def main() -> None:
         "RAGGUARD_DATA_DIR": str(temp / "data"),
         "RAGGUARD_MAX_TOKENS": str(mt),
         "RAGGUARD_LOG_LEVEL": "warning",
+        # The load repeats a dozen questions: with the answer cache on, it would measure cache
+        # hits, not answers (--set answer_cache_ttl_s=3600 measures that on purpose).
+        "RAGGUARD_ANSWER_CACHE_TTL_S": "0",
     }
     for item in args.set:
         name, _, value = item.partition("=")
