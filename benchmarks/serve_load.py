@@ -6,12 +6,13 @@ Starts ``ragguard serve`` on a free port (``RAGGUARD_*`` settings, data and inde
 ``--url``: a running server), then over HTTP: (1) K questions one at a time, e2e latency; (2) a
 closed loop of M questions at concurrency C (default: the server's ``max_concurrent_questions``):
 questions/s and tokens/s (the ``/metrics`` counter), R = 0.8 × questions/s; (3) open loop at each
-multiple of R: seeded exponential gaps for ``--duration`` s, every request streamed, no client
-cap: status, Retry-After on 429, TTFT, inter-token gaps, e2e, what a degraded answer skipped,
-and ``/healthz`` probed every 100 ms from a process of its own; then the drain. Then, the server stopped, in process with the same settings:
-the K questions through ``Pipeline.ask_with`` (HTTP overhead), and the saturated workload's
-prompts on the engine alone at concurrency C (server ÷ engine tokens/s; greedy, so the token
-counts match). Prints markdown tables (p50 = median) and the targets; ``--json PATH``: raw data.
+multiple of R: seeded exponential gaps for ``--duration`` s, every request streamed, no client cap:
+status, Retry-After on 429, TTFT, inter-token gaps, e2e, what a degraded answer skipped, and
+``/healthz`` probed every 100 ms from a process of its own; then the drain. Then, the server
+stopped, in process with the same settings: the K questions through ``Pipeline.ask_with`` (HTTP
+overhead), and the saturated workload's prompts on the engine alone at concurrency C (server ÷
+engine tokens/s; greedy, so the token counts match). Prints markdown tables (p50 = median) and the
+targets; ``--json PATH``: raw data.
 """
 
 from __future__ import annotations

@@ -78,6 +78,9 @@ class EngineConfig:
     max_batch_wait_ms: float = 0.0
     """AsyncEngine: when idle and a request arrives, wait up to this long (or until
     max_num_seqs are waiting) before the first step, so requests arriving together share it."""
+    process_nice: int = 0
+    """ProcessEngine: the child process's niceness (0-19): raised, the operating system runs the
+    server's own threads (HTTP, health checks, guards) first when the cores are all busy."""
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import os
 import threading
 import time
 import uuid
@@ -149,6 +150,11 @@ class ProcessEngine:
         """The counters as of the child's latest step."""
         return self._stats
 
+    @property
+    def pid(self) -> int | None:
+        """The engine process's id."""
+        return self._process.pid
+
     def check_health(self) -> None:
         if self._stopped:
             raise EngineUnavailableError("the engine is shut down")
@@ -214,6 +220,8 @@ def _child_main(conn: Connection, config: EngineConfig) -> None:
     """Load the engine, then serve the parent's requests until told to stop or orphaned."""
     from engine.llm_engine import LLMEngine
 
+    if config.process_nice > 0:
+        os.nice(config.process_nice)  # the server's threads first when the cores are busy
     try:
         engine = LLMEngine(config)
     except BaseException as exc:

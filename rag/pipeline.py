@@ -145,16 +145,17 @@ class Pipeline:
         *,
         require_index: bool = True,
         reviews: ReviewStore | None = None,
-        wait_for_generator: bool = True,
+        serving: bool = False,
     ) -> Pipeline:
         """Load the embedding model and the generator named by the settings (offline by default).
 
         The settings' index must be built (``IndexNotFoundError`` at once, before any model
         loads), unless ``require_index`` is false; the demo index is built on first use, as
         ``ragguard serve`` does (``build_demo_index``). A remote generator that is still
-        starting is waited for (up to ``generator_startup_timeout_s``), unless
-        ``wait_for_generator`` is false (the API server): then the pipeline is returned at once
-        and the engine's ``check_health`` says what it waits for.
+        starting is waited for (up to ``generator_startup_timeout_s``), unless ``serving`` (the
+        API server): then the pipeline is returned at once and the engine's ``check_health``
+        says what it waits for; ``serving`` also makes ``generator=auto`` the engine in a
+        process of its own (``Settings.generator_backend``).
         """
         settings = settings or Settings()
         if require_index:
@@ -163,13 +164,13 @@ class Pipeline:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         config = settings.engine_config()
-        if config.remote is not None and not wait_for_generator:
+        if config.remote is not None and serving:
             config = replace(config, remote=replace(config.remote, connect_in_background=True))
         embedder = Embedder(
             settings.embedding_model, device=config.resolved_device(), allow_hub=settings.allow_hub
         )
         try:
-            engine = build_engine_client(config, settings.generator)
+            engine = build_engine_client(config, settings.generator_backend(serving=serving))
         except (ModelNotFoundError, ModelLoadError) as exc:  # the engine names no setting
             raise type(exc)(
                 f"{exc} [settings: RAGGUARD_MODEL, RAGGUARD_ALLOW_HUB, RAGGUARD_GENERATOR]"

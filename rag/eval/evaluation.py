@@ -88,7 +88,7 @@ class _Models:
         if generator is None and engine_at not in self.loaded:
             self._evict("generator")  # one of each at a time: models are large
             self.loaded[engine_at] = build_engine_client(
-                settings.engine_config(), settings.generator
+                settings.engine_config(), settings.generator_backend()
             )
         return Pipeline(
             settings, embedder or self.loaded[embedder_at], generator or self.loaded[engine_at]

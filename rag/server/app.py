@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request, Response
@@ -40,7 +41,7 @@ def _load(state: ServerState) -> None:
     # One owner of the review store: the lifespan's, which reviewers use while the model loads.
     # A remote generator still starting is waited for in the background: /readyz says so.
     pipeline = Pipeline.from_settings(
-        state.settings, require_index=False, reviews=state.reviews, wait_for_generator=False
+        state.settings, require_index=False, reviews=state.reviews, serving=True
     )
     _watch(state, pipeline)
     state.pipeline = pipeline
@@ -132,6 +133,10 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         s = state.settings
+        if s.worker_threads is not None:  # what asyncio.to_thread runs the stages' work in
+            asyncio.get_running_loop().set_default_executor(
+                ThreadPoolExecutor(s.worker_threads, thread_name_prefix="ragguard-worker")
+            )
         state.keys = KeyStore(s.keys_location(), s.api_keys)
         log_protection(state.keys)  # a loud warning when authentication is off
         # Reviewers can work while the model loads: the queue does not need it.

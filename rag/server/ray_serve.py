@@ -66,7 +66,9 @@ class EngineReplica:
 
     def __init__(self, settings: dict[str, Any]):
         self.settings = Settings(**settings, _env_file=None)
-        self.engine = build_engine_client(self.settings.engine_config(), self.settings.generator)
+        self.engine = build_engine_client(
+            self.settings.engine_config(), self.settings.generator_backend()
+        )
 
     def describe(self) -> dict[str, Any]:
         """What an API replica needs to format and budget prompts without the model."""

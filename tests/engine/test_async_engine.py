@@ -59,8 +59,6 @@ def test_concurrent_requests_share_steps(
 
     monkeypatch.setattr(engine.scheduler, "schedule", recording_schedule)
 
-    # Long enough (no early end of sequence) that the three overlap even when the engine
-    # starts the first before the others arrive.
     params = SamplingParams(max_tokens=32, ignore_eos=True)
 
     async def one(question: str) -> int:
@@ -71,9 +69,18 @@ def test_concurrent_requests_share_steps(
         )
 
     async def main() -> list[int]:
-        return await asyncio.gather(
-            *(one(q) for q in ("Name a fruit.", "Name a river.", "Name a city."))
-        )
+        # The engine's thread steps under the engine's lock: held here (re-entrant: requests are
+        # added on this thread) until all three have arrived, so that the test does not depend on
+        # how a busy machine schedules the two threads. Then they must share steps.
+        with engine._lock:
+            questions = ("Name a fruit.", "Name a river.", "Name a city.")
+            tasks = [asyncio.create_task(one(q)) for q in questions]
+            for _ in range(1000):
+                if len(engine.scheduler.waiting) == 3:
+                    break
+                await asyncio.sleep(0.01)
+            assert len(engine.scheduler.waiting) == 3, "the requests did not arrive"
+        return await asyncio.gather(*tasks)
 
     counts = asyncio.run(main())
     assert counts == [32, 32, 32]

@@ -15,7 +15,9 @@ from engine.errors import PromptTooLongError
 from engine.llm_engine import LLMEngine
 from engine.process_client import ProcessEngine
 
-CONFIG = EngineConfig(device="cpu", dtype="float32", max_num_seqs=8, kv_cache_memory_bytes=64 << 20)
+CONFIG = EngineConfig(
+    device="cpu", dtype="float32", max_num_seqs=8, kv_cache_memory_bytes=64 << 20, process_nice=3
+)
 
 
 pytestmark = pytest.mark.model  # every test here loads a real model's weights
@@ -27,6 +29,12 @@ def process_engine() -> Iterator[ProcessEngine]:
     assert isinstance(client, ProcessEngine)
     yield client
     client.shutdown()
+
+
+def test_the_engine_process_runs_at_the_niceness_asked(process_engine: ProcessEngine) -> None:
+    assert process_engine.pid is not None
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    assert os.getpriority(os.PRIO_PROCESS, process_engine.pid) == min(19, ours + 3)
 
 
 def chat(client: EngineClient, question: str) -> str:

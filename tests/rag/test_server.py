@@ -409,7 +409,7 @@ def test_the_server_and_its_pipeline_share_one_review_store(
     shutil.copytree(fake_demo_index_template, settings.index_dir / "demo")
 
     def load_fakes(
-        s: Settings, *, require_index: bool, reviews: ReviewStore | None, wait_for_generator: bool
+        s: Settings, *, require_index: bool, reviews: ReviewStore | None, serving: bool
     ) -> Pipeline:
         return Pipeline(s, HashingEmbedder(), ScriptedGenerator(), reviews=reviews)
 
