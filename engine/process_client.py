@@ -54,6 +54,8 @@ class _EngineInfo:
     model_name: str
     max_model_len: int
     tokenizer: Any
+    stats: EngineStats
+    """As loaded, before any step: the KV pool's size, nothing running."""
 
 
 class ProcessEngine:
@@ -74,7 +76,7 @@ class ProcessEngine:
         self.prompts = PromptTokenizer(info.tokenizer, info.max_model_len)
         self._streams = OutputStreams()
         self._send_lock = threading.Lock()
-        self._stats: EngineStats | None = None
+        self._stats: EngineStats | None = info.stats
         self._error: BaseException | None = None
         self._stopped = False
         self._reader = threading.Thread(
@@ -147,7 +149,7 @@ class ProcessEngine:
             self._send(("abort", request_id))
 
     def stats(self) -> EngineStats | None:
-        """The counters as of the child's latest step."""
+        """The counters as of the child's latest step (as loaded before the first)."""
         return self._stats
 
     @property
@@ -227,7 +229,8 @@ def _child_main(conn: Connection, config: EngineConfig) -> None:
     except BaseException as exc:
         conn.send(("load_failed", _picklable(exc)))
         return
-    conn.send(("ready", _EngineInfo(engine.model_name, engine.max_model_len, engine.tokenizer)))
+    info = _EngineInfo(engine.model_name, engine.max_model_len, engine.tokenizer, engine.stats())
+    conn.send(("ready", info))
     _ChildLoop(engine, conn).run()
 
 

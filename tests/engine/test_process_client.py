@@ -33,6 +33,8 @@ def process_engine() -> Iterator[ProcessEngine]:
 
 def test_the_engine_process_runs_at_the_niceness_asked(process_engine: ProcessEngine) -> None:
     assert process_engine.pid is not None
+    stats = process_engine.stats()  # known from the start, not only after a first step
+    assert stats is not None and stats.num_kv_blocks > 0
     ours = os.getpriority(os.PRIO_PROCESS, 0)
     assert os.getpriority(os.PRIO_PROCESS, process_engine.pid) == min(19, ours + 3)
 
