@@ -316,6 +316,7 @@ class Pipeline:
         if cache_key is not None:
             cached = await asyncio.to_thread(self.cache.lookup, cache_key, ask.request_id)
             if cached is not None:
+                logs.note(cached_from=cached.cached_from, decision=cached.decision.value)
                 yield PassagesEvent(cached.passages, ask.index)
                 ask.timings["total_s"] = time.perf_counter() - ask.started
                 yield ResultEvent(replace(cached, timings=dict(ask.timings)))

@@ -90,6 +90,9 @@ class _Models:
             self.loaded[engine_at] = build_engine_client(
                 settings.engine_config(), settings.generator_backend()
             )
+        # An evaluation measures the model on every item: never an answer cached by an earlier
+        # run (or by an earlier item asking the same question).
+        settings = settings.model_copy(update={"answer_cache_ttl_s": 0.0})
         return Pipeline(
             settings, embedder or self.loaded[embedder_at], generator or self.loaded[engine_at]
         )

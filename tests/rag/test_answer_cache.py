@@ -174,3 +174,15 @@ def test_over_http_with_its_counters(make: Make) -> None:
     assert "ragguard:answer_cache_hits_total 2.0" in metrics
     assert "ragguard:answer_cache_misses_total 1.0" in metrics
     assert generator.calls == 1
+
+
+def test_an_evaluation_never_uses_the_cache(settings: Settings) -> None:
+    from rag.eval.evaluation import _Models
+
+    models = _Models(HashingEmbedder(), ScriptedGenerator())
+    cached = settings.model_copy(update={"answer_cache_ttl_s": 3600.0})
+    pipe = models.pipeline(cached)
+    try:
+        assert not pipe.cache.enabled
+    finally:
+        pipe.close()
