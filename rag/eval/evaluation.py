@@ -91,8 +91,11 @@ class _Models:
                 settings.engine_config(), settings.generator_backend()
             )
         # An evaluation measures the model on every item: never an answer cached by an earlier
-        # run (or by an earlier item asking the same question).
-        settings = settings.model_copy(update={"answer_cache_ttl_s": 0.0})
+        # run (or by an earlier item asking the same question). Nor does it put its answers in
+        # front of reviewers as audit items.
+        settings = settings.model_copy(
+            update={"answer_cache_ttl_s": 0.0, "audit_rate": 0.0, "audit_rates": {}}
+        )
         return Pipeline(
             settings, embedder or self.loaded[embedder_at], generator or self.loaded[engine_at]
         )

@@ -176,13 +176,16 @@ def test_over_http_with_its_counters(make: Make) -> None:
     assert generator.calls == 1
 
 
-def test_an_evaluation_never_uses_the_cache(settings: Settings) -> None:
+def test_an_evaluation_never_uses_the_cache_nor_queues_audits(settings: Settings) -> None:
     from rag.eval.evaluation import _Models
 
     models = _Models(HashingEmbedder(), ScriptedGenerator())
-    cached = settings.model_copy(update={"answer_cache_ttl_s": 3600.0})
-    pipe = models.pipeline(cached)
+    served = settings.model_copy(
+        update={"answer_cache_ttl_s": 3600.0, "audit_rate": 0.5, "audit_rates": {"demo": 1.0}}
+    )
+    pipe = models.pipeline(served)
     try:
         assert not pipe.cache.enabled
+        assert pipe.risk.audit_rate("demo") == 0.0
     finally:
         pipe.close()
