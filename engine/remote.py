@@ -173,10 +173,9 @@ class RemoteClient:
             )
             card = {}
         model = self._model or str(card["id"])
-        context = self._max_model_len
         reported = card.get("max_model_len")
-        if context is None and isinstance(reported, int) and reported > 0:
-            context = reported
+        fits = isinstance(reported, int) and reported > 0
+        context = self._max_model_len or (reported if fits else None)
         if context is None:
             logger.warning(
                 "the remote server does not report its context length: assuming %d tokens",

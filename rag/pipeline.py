@@ -312,15 +312,13 @@ class Pipeline:
             yield PassagesEvent(passages, ask.index)
             yield ResultEvent(self._reviewed(ask, reviewed, passages))
             return
-        cache_key = await asyncio.to_thread(self._cache_key, ask, retrieval.version)
-        if cache_key is not None:
-            cached = await asyncio.to_thread(self.cache.lookup, cache_key, ask.request_id)
-            if cached is not None:
-                logs.note(cached_from=cached.cached_from, decision=cached.decision.value)
-                yield PassagesEvent(cached.passages, ask.index)
-                ask.timings["total_s"] = time.perf_counter() - ask.started
-                yield ResultEvent(replace(cached, timings=dict(ask.timings)))
-                return
+        cache_key, cached = await asyncio.to_thread(self._cached, ask, retrieval.version)
+        if cached is not None:
+            logs.note(cached_from=cached.cached_from, decision=cached.decision.value)
+            yield PassagesEvent(cached.passages, ask.index)
+            ask.timings["total_s"] = time.perf_counter() - ask.started
+            yield ResultEvent(replace(cached, timings=dict(ask.timings)))
+            return
         passages = retrieval.passages
         if not passages:
             yield PassagesEvent([], ask.index)
@@ -363,14 +361,16 @@ class Pipeline:
             await asyncio.to_thread(self.cache.remember, cache_key, result, retrieval.version)
         yield ResultEvent(result)
 
-    def _cache_key(self, ask: _Ask, version: str) -> str | None:
-        """The answer cache's key for this question (None: the cache is off)."""
+    def _cached(self, ask: _Ask, version: str) -> tuple[str | None, Result | None]:
+        """The answer cache's key for this question and what it holds under it (None and None:
+        the cache is off)."""
         if not self.cache.enabled:
-            return None
+            return None, None
         state = self.risk.state(ask.index)
         threshold = state.choice.threshold if state.choice is not None else None
         judgement = (state.version, threshold)
-        return self.cache.key(ask.question, ask.index, version, ask.options, judgement)
+        key = self.cache.key(ask.question, ask.index, version, ask.options, judgement)
+        return key, self.cache.lookup(key, ask.request_id)
 
     async def _check(
         self, ask: _Ask, answer: str, passages: list[Passage], generation: Generation

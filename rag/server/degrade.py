@@ -50,4 +50,4 @@ class Degrader:
         self.recent_wait_s += _ALPHA * (waited_s - self.recent_wait_s)
         if not self.enabled:
             return ()
-        return STEPS[: min(len(STEPS), int(self.pressure(num_waiting)))]
+        return STEPS[: int(self.pressure(num_waiting))]

@@ -122,7 +122,6 @@ class AnswerCache:
             or result.decision is not Action.ANSWER
             or result.abstained
             or result.review_id is not None
-            or result.cached_from is not None
             or result.degraded  # a full answer, not one made with less work under load
         ):
             return False
