@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,11 +96,27 @@ def scripted_app(script: Script) -> FastAPI:
     return app
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on (yet)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    """Poll ``condition`` until it holds; fail the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not hold in time"
+        time.sleep(0.05)
+
+
 class ScriptedProcess:
     """The scripted server as a process of its own on a fixed port, so that a test can start it
     late, kill it (SIGKILL) and start it again where its clients expect it."""
 
-    def __init__(self, port: int):
+    def __init__(self, port: int | None = None):
+        port = free_port() if port is None else port
         self.port = port
         self.url = f"http://127.0.0.1:{port}/v1"
         self.process: subprocess.Popen[bytes] | None = None

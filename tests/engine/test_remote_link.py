@@ -5,7 +5,6 @@ OpenAI server, in a thread, and as a real process that is started late, killed a
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -18,7 +17,7 @@ from engine.client import EngineStartingError, EngineUnavailableError, generate_
 from engine.remote import RemoteClient, RemoteConfig
 from engine.remote_link import LinkState
 from engine.sampling_params import SamplingParams
-from tests.scripted_openai import Script, ScriptedProcess, scripted_app
+from tests.scripted_openai import Script, ScriptedProcess, free_port, scripted_app, wait_for
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -30,19 +29,6 @@ PARAMS = SamplingParams(max_tokens=5)
 def remote(live_server: Callable[[ASGIApp], str]) -> tuple[Script, str]:
     script = Script()
     return script, live_server(scripted_app(script)) + "/v1"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _until(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "the condition did not hold in time"
-        time.sleep(0.05)
 
 
 def _healthy(engine: RemoteClient) -> bool:
@@ -75,7 +61,7 @@ def test_in_the_background_it_says_what_it_waits_for_then_serves(
     script.models_unavailable = 10**6
     config = RemoteConfig(url, backoff_s=0.0, connect_in_background=True)
     engine = RemoteClient(config, max_model_len=None)  # returns at once
-    _until(lambda: script.model_lists >= 2)
+    wait_for(lambda: script.model_lists >= 2)
     with pytest.raises(EngineStartingError, match=r"waiting for .*still starting.*503"):
         engine.check_health()
     with pytest.raises(EngineStartingError):
@@ -84,13 +70,13 @@ def test_in_the_background_it_says_what_it_waits_for_then_serves(
         _answer(engine)
     assert script.bodies == []  # nothing was sent to a server that is not up
     script.models_unavailable = 0  # it has loaded
-    _until(lambda: _healthy(engine))
+    wait_for(lambda: _healthy(engine))
     assert engine.model_name == "scripted" and _answer(engine) == "Paris is the capital."
     engine.shutdown()
 
 
 def test_a_server_that_does_not_come_up_in_time_fails_for_good() -> None:
-    config = RemoteConfig(f"http://127.0.0.1:{_free_port()}/v1", startup_timeout_s=0.3)
+    config = RemoteConfig(f"http://127.0.0.1:{free_port()}/v1", startup_timeout_s=0.3)
     started = time.monotonic()
     with pytest.raises(EngineUnavailableError, match=r"did not come up within 0.3 s") as failed:
         RemoteClient(config, max_model_len=None)
@@ -114,7 +100,7 @@ def test_a_refused_key_fails_at_once(live_server: Callable[[ASGIApp], str]) -> N
 
 @pytest.fixture
 def scripted_process() -> Iterator[ScriptedProcess]:
-    served = ScriptedProcess(_free_port())
+    served = ScriptedProcess()
     yield served
     served.kill()
 
@@ -128,7 +114,7 @@ def test_started_before_the_server_then_reconnects_after_a_kill(
     with pytest.raises(EngineStartingError, match="still starting"):
         engine.check_health()
     scripted_process.start(loading_s=1.0)  # then it loads for a second, answering 503
-    _until(lambda: _healthy(engine))
+    wait_for(lambda: _healthy(engine))
     assert _answer(engine) == "Paris is the capital."
 
     scripted_process.kill()  # kill -9 under the client
@@ -138,7 +124,7 @@ def test_started_before_the_server_then_reconnects_after_a_kill(
         engine.check_health()  # down: reconnecting, not failed
 
     scripted_process.start()
-    _until(lambda: _healthy(engine))
+    wait_for(lambda: _healthy(engine))
     assert _answer(engine) == "Paris is the capital."
     engine.shutdown()
 

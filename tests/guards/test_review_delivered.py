@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from guards.review import NewItem, Resolution, ReviewStore
+from guards.review.delivered import answer_hash
 from tests.guards.fake_clock import Clock
 
 RESULT = {"answer": "Paris [1].", "decision": "answer"}
@@ -106,7 +107,7 @@ def test_a_withdrawal_wins_over_a_put_that_raced_it(store: ReviewStore) -> None:
     with store.db.transaction() as cur:
         cur.execute(
             "INSERT INTO withdrawn_answers VALUES (?, ?, ?, ?, ?)",
-            ("docs", "where is the eiffel tower", _hash("Paris [1]."), "item-1", 0.0),
+            ("docs", "where is the eiffel tower", answer_hash("Paris [1]."), "item-1", 0.0),
         )
     assert store.delivered.get("k1") is None
 
@@ -114,12 +115,6 @@ def test_a_withdrawal_wins_over_a_put_that_raced_it(store: ReviewStore) -> None:
 def test_a_ttl_must_be_positive(store: ReviewStore) -> None:
     with pytest.raises(ValueError, match="ttl_s"):
         _put(store, ttl_s=0.0)
-
-
-def _hash(answer: str) -> str:
-    from guards.review.delivered import answer_hash
-
-    return answer_hash(answer)
 
 
 def delivered_scenario(store: ReviewStore, clock: Clock) -> None:

@@ -7,8 +7,6 @@ after A is killed and started again."""
 from __future__ import annotations
 
 import shutil
-import socket
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,7 +16,7 @@ import pytest
 
 from rag.server import create_app
 from rag.settings import Settings
-from tests.scripted_openai import ScriptedProcess
+from tests.scripted_openai import ScriptedProcess, wait_for
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -26,19 +24,6 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.model  # B loads the real embedder
 
 QUESTION = {"question": "What does a KV cache avoid recomputing?", "max_tokens": 8}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _until(condition: Callable[[], bool], timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "the condition did not hold in time"
-        time.sleep(0.1)
 
 
 def _ready(http: httpx.Client) -> dict[str, Any]:
@@ -50,7 +35,7 @@ def _ready(http: httpx.Client) -> dict[str, Any]:
 
 @pytest.fixture
 def generator() -> Iterator[ScriptedProcess]:
-    served = ScriptedProcess(_free_port())
+    served = ScriptedProcess()
     yield served
     served.kill()
 
@@ -73,7 +58,7 @@ def test_b_waits_for_a_then_serves_and_reconnects_after_a_restart(
     b = httpx.Client(base_url=live_server(create_app(settings)), timeout=60)
 
     # A is not there yet: B loads everything else and waits for it.
-    _until(lambda: _ready(b)["status"] != "loading")
+    wait_for(lambda: _ready(b)["status"] != "loading", timeout_s=120)
     waiting = _ready(b)
     assert waiting["status"] == "waiting", waiting
     assert generator.url in waiting["error"] and "still starting" in waiting["error"]
@@ -87,7 +72,7 @@ def test_b_waits_for_a_then_serves_and_reconnects_after_a_restart(
     assert openai.status_code == 503 and "retry-after" in openai.headers, openai.text
 
     generator.start(loading_s=2.0)  # it starts, then loads for two seconds
-    _until(lambda: _ready(b)["status"] == "ready")
+    wait_for(lambda: _ready(b)["status"] == "ready", timeout_s=120)
     assert _ready(b)["model"] == "scripted"
     answered = b.post("/v1/ask", json=QUESTION)
     assert answered.status_code == 200, answered.text
@@ -97,10 +82,10 @@ def test_b_waits_for_a_then_serves_and_reconnects_after_a_restart(
     generator.kill()  # kill -9 under B
     down = b.post("/v1/ask", json=QUESTION)
     assert down.status_code == 503, down.text
-    _until(lambda: _ready(b)["status"] == "waiting")
+    wait_for(lambda: _ready(b)["status"] == "waiting", timeout_s=120)
     assert "unreachable" in _ready(b)["error"]
 
     generator.start()
-    _until(lambda: _ready(b)["status"] == "ready")
+    wait_for(lambda: _ready(b)["status"] == "ready", timeout_s=120)
     again = b.post("/v1/ask", json=QUESTION)
     assert again.status_code == 200, again.text
