@@ -270,7 +270,7 @@ def cost_report(
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     answers = load_answers(args.runs, skip=NO_ANSWER_SETS)
-    chain_for = chains(args.data_dir, None)
+    chain_for = chains(args.data_dir)
     first_view = Seen(samples=1, verification=False, judgement=False)
     rescore(answers, chain_for, first_view)
     directions = signal_directions([g for a in answers for g in chain_for(a).guards])

@@ -7,8 +7,7 @@ baseline, the hand-set prior, and the fitted confidence validated leave-one-data
 on every other set, scored on this one). ``--write-model`` then fits on all sets and writes the
 shipped default (``rag/data/confidence.json``).
 
-    python benchmarks/judgement.py --runs eval-runs/labelled --verifier-folds eval-runs/verifier \\
-        --write-model
+    python benchmarks/judgement.py --runs eval-runs/labelled --write-model
 """
 
 from __future__ import annotations
@@ -74,13 +73,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--write-model", action="store_true", help=f"write {MODEL_PATH.name}")
     parser.add_argument("--model-path", type=Path, default=MODEL_PATH)
     parser.add_argument(
-        "--verifier-folds",
-        type=Path,
-        help="folder of benchmarks/train_verifier.py's fold models: each answer is verified by "
-        "the fold that never saw its question (default: no verifier; the shipped one has seen "
-        "every development question)",
-    )
-    parser.add_argument(
         "--no-answer-runs",
         type=Path,
         help="folder of <set>/ eval outputs whose passages hold no answer (rgb_noise): the "
@@ -89,38 +81,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-SAME_QUESTIONS = {"rgb_noise": "rgb"}
-"""Sets that ask another set's questions: their answers go to that set's verifier fold."""
-
-
-def chains(data_dir: Path, verifier_folds: Path | None) -> Any:
-    """A guard chain per data set and verifier fold: MetaQA's answers against its movie graph,
-    others the demo's; each answer verified by the fold model that never saw its question."""
-    from guards.verifier import Verifier
+def chains(data_dir: Path) -> Any:
+    """A guard chain per data set: MetaQA's answers against its movie graph, others the demo's."""
     from rag.eval.prepare import prepare_metaqa
-    from rag.eval.verifier_examples import fold_of
-    from rag.retrieval.embed import Embedder, default_embedding_path
+    from rag.retrieval.embed import Embedder
 
     settings = Settings()
     embedder = Embedder(settings.embedding_model)
     graphs: dict[str, KnowledgeGraph | None] = {"default": AnswerChecker._load_graph(settings)}
-    folds = sorted(verifier_folds.glob("fold*.safetensors")) if verifier_folds else []
-    verifiers = [Verifier.load(f, default_embedding_path()) for f in folds]
-    built: dict[tuple[str, int], GuardChain] = {}
+    built: dict[str, GuardChain] = {}
 
     def chain_for(answer: LabelledAnswer) -> GuardChain:
         graph = "metaqa" if answer.dataset == "metaqa" else "default"
-        asked = SAME_QUESTIONS.get(answer.dataset, answer.dataset)
-        fold = fold_of(asked, answer.item.id, len(verifiers)) if verifiers else -1
-        if (graph, fold) not in built:
+        if graph not in built:
             if graph not in graphs:
                 load = prepare_metaqa(data_dir).load_graph
                 assert load is not None
                 graphs[graph] = load()
-            verifier = verifiers[fold] if verifiers else None
-            deps = GuardDeps(embedder=embedder, graph=graphs[graph], verifier=verifier)
-            built[graph, fold] = GuardChain(build_guards(None, deps), audit=None)
-        return built[graph, fold]
+            deps = GuardDeps(embedder=embedder, graph=graphs[graph])
+            built[graph] = GuardChain(build_guards(None, deps), audit=None)
+        return built[graph]
 
     return chain_for
 
@@ -158,7 +138,7 @@ def default_seen() -> Recorded:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     answers = load_answers(args.runs)
-    chain_for = chains(args.data_dir, args.verifier_folds)
+    chain_for = chains(args.data_dir)
     seen = EVERYTHING if args.all_recorded else default_seen()
     rescore(answers, chain_for, seen)
     standardize = per_set = not args.plain_fit

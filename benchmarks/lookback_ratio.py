@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     by_set = {s: [a for a in answers if a.dataset == s] for s in sets}
     scores = classifier_scores(by_set, ratios, args.c)
 
-    chain_for = chains(args.data_dir, None)
+    chain_for = chains(args.data_dir)
     rescore(answers, chain_for, Seen(samples=1, verification=False, judgement=False))
     directions = signal_directions([g for a in answers for g in chain_for(a).guards])
     options = FitOptions(

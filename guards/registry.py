@@ -26,17 +26,14 @@ from guards.kg import KnowledgeGraph
 from guards.kg_guard import KnowledgeGraphGuard
 from guards.repetition import RepetitionGuard
 from guards.verification import SelfVerificationGuard
-from guards.verifier import Verifier, VerifierGuard
 
 
 @dataclass(frozen=True, slots=True)
 class GuardDeps:
-    """What a guard factory may use: the embedder, the knowledge graph and the trained verifier,
-    when there are."""
+    """What a guard factory may use: the embedder and the knowledge graph, when there are."""
 
     embedder: Embedder | None = None
     graph: KnowledgeGraph | None = None
-    verifier: Verifier | None = None
 
 
 GuardFactory = Callable[[GuardDeps], Guard | None]
@@ -93,9 +90,6 @@ register_guard("self_consistency")(lambda deps: SelfConsistencyGuard(deps.embedd
 register_guard("answer_evidence")(lambda deps: AnswerEvidenceGuard())
 register_guard("evidence_conflict")(lambda deps: EvidenceConflictGuard())
 register_guard("self_verification")(lambda deps: SelfVerificationGuard())
-register_guard("verifier")(
-    lambda deps: VerifierGuard(deps.verifier) if deps.verifier is not None else None
-)
 register_guard("judge")(lambda deps: JudgeGuard())
 register_guard("knowledge_graph")(
     lambda deps: KnowledgeGraphGuard(deps.graph) if deps.graph is not None else None

@@ -3,7 +3,6 @@ stage is the policy (``AnswerChecker.decide``), with a request's own thresholds 
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -27,9 +26,8 @@ from guards.confidence import judged_features
 from guards.judge import JudgeGuard
 from guards.registry import GuardDeps, UnknownGuardError, build_guards
 from guards.repetition import LOOP_STOP_REASON
-from guards.verifier import Verifier
 from rag.errors import InvalidInputError
-from rag.retrieval.embed import Embedder, default_embedding_path, model_fingerprint
+from rag.retrieval.embed import Embedder
 from rag.settings import Settings
 from rag.types import AskOptions, GuardReport, Passage
 
@@ -86,24 +84,6 @@ def candidate(c: CompletionOutput) -> Candidate:
     return Candidate(c.text.strip(), tuple(c.logprobs), finish_reason(c))
 
 
-@functools.lru_cache(maxsize=4)
-def _load_verifier(weights: Path, mtime_ns: int, base: Path) -> Verifier:
-    """One copy per weights file (read-only once loaded, so pipelines share it)."""
-    return Verifier.load(weights, base, base_fingerprint=model_fingerprint(base))
-
-
-def load_verifier(settings: Settings) -> Verifier | None:
-    """The configured trained verifier over the default embedding model's network; None when
-    none is configured. One that does not load is an ``InvalidInputError``."""
-    if settings.verifier is None:
-        return None
-    weights = settings.verifier.expanduser()
-    try:
-        return _load_verifier(weights, weights.stat().st_mtime_ns, default_embedding_path())
-    except (OSError, ValueError) as exc:
-        raise InvalidInputError(f"RAGGUARD_VERIFIER {weights} does not load: {exc}") from exc
-
-
 class AnswerChecker:
     """The guard chain, the confidence model and the policy configured by the settings."""
 
@@ -112,7 +92,7 @@ class AnswerChecker:
     ):
         """``graph`` replaces the one the settings name (an application's own, already built)."""
         graph = graph or self._load_graph(settings)
-        deps = GuardDeps(embedder=embedder, graph=graph, verifier=load_verifier(settings))
+        deps = GuardDeps(embedder=embedder, graph=graph)
         try:
             guards = build_guards(settings.guards, deps)
         except UnknownGuardError as exc:

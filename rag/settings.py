@@ -254,13 +254,7 @@ class Settings(BaseSettings):
         None,
         description="guards to run, by registered name (JSON list); empty = every registered "
         "guard (repetition, grounding, self_consistency, answer_evidence, evidence_conflict, "
-        "self_verification, verifier, judge, knowledge_graph)",
-    )
-    verifier: Path | None = Field(
-        None,
-        description="trained verifier weights (a .safetensors file written by "
-        "benchmarks/train_verifier.py --write); empty = no verifier (none ships: see "
-        "docs/benchmarks.md)",
+        "self_verification, judge, knowledge_graph)",
     )
     self_verification: bool = Field(
         False,

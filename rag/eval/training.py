@@ -125,7 +125,7 @@ def rescore(
     seen: Recorded = EVERYTHING,
 ) -> None:
     """Run today's guards on the recorded answers (``chain_for(answer)`` gives the chain, e.g.
-    with the data set's own knowledge graph, or a verifier that never saw the question) and
+    with the data set's own knowledge graph) and
     store their results and signals."""
     for a in answers:
         results = list(chain_for(a).run(context_of(a, seen)).results)
