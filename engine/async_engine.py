@@ -14,24 +14,27 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
 
-from engine.client import EngineUnavailableError, OutputStreams, generate_all
+from engine.client import EngineClient, generate_all
 from engine.config import EngineConfig
-from engine.llm_engine import EngineStats, LLMEngine
+from engine.errors import EngineUnavailableError
+from engine.llm_engine import LLMEngine
 from engine.outputs import RequestOutput
-from engine.prompts import Prompt
+from engine.prompts import Prompt, PromptFacade
 from engine.sampling_params import SamplingParams
+from engine.stats import EngineStats
+from engine.streams import OutputStreams
 
 logger = logging.getLogger(__name__)
 
 
-class AsyncEngine:
+class AsyncEngine(PromptFacade):
     """Our engine behind the ``EngineClient`` interface: ``generate``, ``abort``,
     ``check_health``, ``stats``."""
 
     def __init__(self, engine: LLMEngine | EngineConfig | None = None):
         self.engine = engine if isinstance(engine, LLMEngine) else LLMEngine(engine)
+        self.prompts = self.engine.prompts
         self._streams = OutputStreams()
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -43,20 +46,6 @@ class AsyncEngine:
     @property
     def model_name(self) -> str:
         return self.engine.model_name
-
-    @property
-    def max_model_len(self) -> int:
-        return self.engine.max_model_len
-
-    @property
-    def tokenizer(self) -> Any:
-        return self.engine.tokenizer
-
-    def count_tokens(self, prompt: str) -> int:
-        return self.engine.count_tokens(prompt)
-
-    def apply_chat_template(self, messages: list[dict[str, str]]) -> str:
-        return self.engine.apply_chat_template(messages)
 
     async def generate(
         self, prompt: Prompt, params: SamplingParams, request_id: str | None = None
@@ -136,3 +125,8 @@ class AsyncEngine:
                 self._error = exc
                 self._streams.fail_all(exc)
                 return
+
+
+def build_client(config: EngineConfig, options: object | None = None) -> EngineClient:
+    """The ``engine`` backend (it takes no options)."""
+    return AsyncEngine(config)

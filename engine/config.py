@@ -4,10 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from engine.remote import RemoteConfig
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
 _QUANTIZATIONS = (None, "int8")
@@ -36,8 +32,6 @@ class EngineConfig:
     """Where converted weights are cached; None = ~/.cache/ragguard/models."""
     allow_hub: bool = False
     """Allow downloading a model id from the Hugging Face hub."""
-    remote: RemoteConfig | None = None
-    """The ``openai`` backend's server (``engine.remote``); the other backends ignore it."""
     block_size: int = 16
     """Token positions per KV block."""
     max_num_batched_tokens: int = 2048

@@ -31,3 +31,16 @@ class RemoteBusyError(EngineError):
     def __init__(self, message: str, retry_after_s: float):
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class EngineUnavailableError(RuntimeError):
+    """The engine's loop has died or the engine was shut down."""
+
+
+class EngineStartingError(EngineUnavailableError):
+    """The generator does not serve yet but is expected to: a remote generator still starting,
+    or restarting after it went down. Worth retrying after ``retry_after_s``."""
+
+    def __init__(self, message: str, retry_after_s: float = 1.0):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from engine.client import EngineClient
 from engine.config import EngineConfig
 from engine.model_loader import ModelSource, load_model_and_tokenizer, resolve_model
 from engine.outputs import CompletionOutput, FinishReason, RequestOutput, RequestTiming
-from engine.prompts import Prompt, PromptTokenizer, eos_token_ids
+from engine.prompts import Prompt, PromptFacade, PromptTokenizer, eos_token_ids
 from engine.sampling_params import SamplingParams
+from engine.threaded_client import ThreadedClient
 
 if TYPE_CHECKING:
     from transformers import LogitsProcessorList
@@ -79,7 +81,7 @@ class _PresenceFrequencyPenalty:
         return scores - self.frequency * counts - self.presence * (counts > 0).to(scores.dtype)
 
 
-class HFGenerator:
+class HFGenerator(PromptFacade):
     """``generate(prompts, params) -> list[RequestOutput]`` over ``transformers.generate``."""
 
     def __init__(self, config: EngineConfig | None = None, *, source: ModelSource | None = None):
@@ -93,28 +95,22 @@ class HFGenerator:
             self.config.model, allow_hub=self.config.allow_hub, cache_dir=self.config.cache_dir
         )
         self.device = self.config.resolved_device()
-        self.model, self.tokenizer = load_model_and_tokenizer(
+        self.model, tokenizer = load_model_and_tokenizer(
             self.source,
             device=self.device,
             dtype=self.config.resolved_dtype(),
             cache_dir=self.config.cache_dir,
         )
-        self.max_model_len = self.config.max_model_len or int(
+        max_model_len = self.config.max_model_len or int(
             getattr(self.model.config, "max_position_embeddings", 2048)
         )
-        self.eos_token_ids = eos_token_ids(self.model.generation_config, self.tokenizer)
-        self.prompts = PromptTokenizer(self.tokenizer, self.max_model_len)
+        self.eos_token_ids = eos_token_ids(self.model.generation_config, tokenizer)
+        self.prompts = PromptTokenizer(tokenizer, max_model_len)
         self._lock = threading.Lock()
 
     @property
     def model_name(self) -> str:
         return self.source.name
-
-    def apply_chat_template(self, messages: list[dict[str, str]]) -> str:
-        return self.prompts.apply_chat_template(messages)
-
-    def count_tokens(self, prompt: str) -> int:
-        return self.prompts.count_tokens(prompt)
 
     def generate(
         self, prompts: Sequence[Prompt], params: SamplingParams | Sequence[SamplingParams]
@@ -318,3 +314,8 @@ class HFGenerator:
             stop_reason=stop_reason,
             top_logprobs=top,
         )
+
+
+def build_client(config: EngineConfig, options: object | None = None) -> EngineClient:
+    """The ``hf`` backend: ``transformers.generate`` one request at a time (it takes no options)."""
+    return ThreadedClient(HFGenerator(config))

@@ -8,9 +8,7 @@ import time
 import uuid
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -24,56 +22,19 @@ from engine.model_runner import ModelRunner
 from engine.models.llama import SUPPORTED_MODEL_TYPES, LlamaForCausalLM
 from engine.output_processor import OutputProcessor
 from engine.outputs import FinishReason, RequestOutput, RequestTiming
-from engine.prompts import Prompt, PromptTokenizer, eos_token_ids
+from engine.prompts import Prompt, PromptFacade, PromptTokenizer, eos_token_ids
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import Request, Sequence
 from engine.speculative import PromptLookup
+from engine.stats import EngineStats
 from engine.stopping import StopChecker
 
 OutputSink = Callable[[RequestOutput], None]
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class EngineStats:
-    """Counters for the metrics endpoint."""
-
-    num_running: int
-    num_waiting: int
-    num_kv_blocks: int
-    num_kv_blocks_used: int
-    prefix_cache_hit_rate: float
-    num_preemptions: int
-    num_generated_tokens: int
-    generated_tokens_per_s: float
-    num_prompt_tokens: int = 0
-    """Prompt tokens of every request added since start."""
-    num_prefix_queries: int = 0
-    """Full prompt blocks looked up in the prefix cache since start."""
-    num_prefix_hits: int = 0
-    num_cuda_graphs: int = 0
-    num_cuda_graph_steps: int = 0
-    cuda_graph_capture_s: float = 0.0
-    num_draft_tokens: int = 0
-    """Speculative decoding: draft tokens computed since start..."""
-    num_accepted_tokens: int = 0
-    """...and those of them accepted."""
-    num_steps_without_speculation: int = 0
-    """Steps that drafted nothing because too many sequences were decoding."""
-    num_steps: int = 0
-    """Steps that ran a batch since start..."""
-    step_time_s: float = 0.0
-    """...and their total duration: scheduling, the forward pass, sampling and outputs."""
-    cuda_memory_allocated_bytes: int | None = None
-    """On CUDA: device memory held by tensors (weights, KV cache, activations)..."""
-    cuda_memory_reserved_bytes: int | None = None
-    """...and held by the caching allocator. None (like the next) on any other device."""
-    gpu_utilization: float | None = None
-    """On CUDA with NVML: share of its latest sample period in which a kernel ran (0-1)."""
-
-
-class LLMEngine:
+class LLMEngine(PromptFacade):
     """Continuous batching over a paged KV cache for Llama-family models."""
 
     def __init__(self, config: EngineConfig | None = None):
@@ -99,8 +60,9 @@ class LLMEngine:
         self.model = model.to(device=self.device, dtype=dtype).eval()
         if config.quantization == "int8":
             model.quantize_int8()
-        self.max_model_len = config.max_model_len or int(hf_config.max_position_embeddings)
-        self.prompts = PromptTokenizer(tokenizer, self.max_model_len)
+        self.prompts = PromptTokenizer(
+            tokenizer, config.max_model_len or int(hf_config.max_position_embeddings)
+        )
         self.stopping = StopChecker(self.eos_token_ids, self.max_model_len, self.prompts.decode)
         per_block = ModelRunner.kv_bytes_per_block(model, config.block_size, dtype)
         # With CUDA graphs one block of the budget is the graphs' scratch block.
@@ -150,16 +112,6 @@ class LLMEngine:
     @property
     def model_name(self) -> str:
         return self.source.name
-
-    @property
-    def tokenizer(self) -> Any:
-        return self.prompts.tokenizer
-
-    def apply_chat_template(self, messages: list[dict[str, str]]) -> str:
-        return self.prompts.apply_chat_template(messages)
-
-    def count_tokens(self, prompt: str) -> int:
-        return self.prompts.count_tokens(prompt)
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished

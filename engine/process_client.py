@@ -32,16 +32,16 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from engine.client import EngineUnavailableError, OutputStreams
+from engine.client import EngineClient
 from engine.config import EngineConfig
+from engine.errors import EngineUnavailableError
 from engine.outputs import RequestOutput
-from engine.prompts import Prompt, PromptTokenizer
+from engine.prompts import Prompt, PromptFacade, PromptTokenizer
 from engine.sampling_params import SamplingParams
-
-if TYPE_CHECKING:
-    from engine.llm_engine import EngineStats
+from engine.stats import EngineStats
+from engine.streams import OutputStreams
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class _EngineInfo:
     """As loaded, before any step: the KV pool's size, nothing running."""
 
 
-class ProcessEngine:
+class ProcessEngine(PromptFacade):
     """Our engine stepped in a child process; ``generate``, ``abort``, ``stats`` and
     ``check_health`` as ``AsyncEngine`` has them."""
 
@@ -109,20 +109,6 @@ class ProcessEngine:
     @property
     def model_name(self) -> str:
         return self._info.model_name
-
-    @property
-    def max_model_len(self) -> int:
-        return self._info.max_model_len
-
-    @property
-    def tokenizer(self) -> Any:
-        return self.prompts.tokenizer
-
-    def count_tokens(self, prompt: str) -> int:
-        return self.prompts.count_tokens(prompt)
-
-    def apply_chat_template(self, messages: list[dict[str, str]]) -> str:
-        return self.prompts.apply_chat_template(messages)
 
     async def generate(
         self, prompt: Prompt, params: SamplingParams, request_id: str | None = None
@@ -308,3 +294,8 @@ def _picklable(exc: BaseException) -> BaseException:
         return exc
     except Exception:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+def build_client(config: EngineConfig, options: object | None = None) -> EngineClient:
+    """The ``engine-process`` backend (it takes no options)."""
+    return ProcessEngine(config)

@@ -55,6 +55,28 @@ class PromptTokenizer:
         return ids
 
 
+class PromptFacade:
+    """The tokenizer members every generator and client exposes (``tokenizer``,
+    ``max_model_len``, ``count_tokens``, ``apply_chat_template``), read from ``self.prompts``."""
+
+    prompts: PromptTokenizer
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.prompts.tokenizer
+
+    @property
+    def max_model_len(self) -> int:
+        """Context window in tokens (prompt plus completion)."""
+        return self.prompts.max_model_len
+
+    def count_tokens(self, prompt: str) -> int:
+        return self.prompts.count_tokens(prompt)
+
+    def apply_chat_template(self, messages: list[dict[str, str]]) -> str:
+        return self.prompts.apply_chat_template(messages)
+
+
 def eos_token_ids(generation_config: Any, tokenizer: Any) -> list[int]:
     """End-of-sequence ids from the model's generation config, else the tokenizer's."""
     eos = getattr(generation_config, "eos_token_id", None) or tokenizer.eos_token_id

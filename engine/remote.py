@@ -37,15 +37,16 @@ import time
 import uuid
 import zlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-from engine.client import EngineStartingError, EngineUnavailableError
-from engine.errors import RemoteRequestError
+from engine.client import EngineClient
+from engine.config import EngineConfig
+from engine.errors import EngineStartingError, EngineUnavailableError, RemoteRequestError
 from engine.outputs import CompletionOutput, FinishReason, RequestOutput, RequestTiming
 from engine.prompts import Prompt, PromptTokenizer
+from engine.remote_config import RemoteConfig
 from engine.remote_http import RemoteUnreachableError, RetryingStream, sse_data
 from engine.remote_link import LinkState, RemoteLink
 from engine.sampling_params import SamplingParams
@@ -56,49 +57,6 @@ CHARS_PER_TOKEN_ESTIMATE = 3
 """Without a tokenizer, a prompt of c characters counts as ceil(c / 3) tokens (English text is
 about four characters a token: the estimate errs towards prompts that fit)."""
 DEFAULT_MAX_MODEL_LEN = 2048
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteConfig:
-    """Where the remote generator is and how to reach it."""
-
-    base_url: str
-    """The server's OpenAI base URL, e.g. ``http://host:8000/v1``."""
-    model: str | None = None
-    """The model to ask for; None: the first of the server's ``/v1/models``."""
-    api_key: str | None = None
-    """Sent as ``Authorization: Bearer``."""
-    tokenizer: str | None = None
-    """A local copy of the model's tokenizer: a GGUF file, a Hugging Face model directory, or
-    ``default`` (the embedded SmolLM2); None: templates and counts are estimated."""
-    max_model_len: int | None = None
-    """Context window; None: the server's model card (``max_model_len``), else 2048."""
-    timeout_s: float = 300.0
-    """Longest wait for the next byte of a response."""
-    max_retries: int = 3
-    backoff_s: float = 0.5
-    """First retry delay; doubled for each further one."""
-    startup_timeout_s: float = 600.0
-    """How long a server that does not answer yet may take to come up (its model list polled
-    with backoff) before the client gives up on it."""
-    connect_in_background: bool = False
-    """Return from the constructor at once and wait for the server in a thread (the API server:
-    ``/readyz`` says what it waits for); False: the constructor waits when it needs the
-    server's model card."""
-    extra_headers: dict[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"the remote base URL must be http(s)://..., got {self.base_url!r}")
-        if self.max_retries < 0 or self.timeout_s <= 0 or self.backoff_s < 0:
-            raise ValueError("max_retries >= 0, timeout_s > 0 and backoff_s >= 0 are needed")
-        if self.startup_timeout_s < 0:
-            raise ValueError("startup_timeout_s >= 0 is needed")
-
-    @property
-    def headers(self) -> dict[str, str]:
-        auth = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        return {**self.extra_headers, **auth}
 
 
 def _load_tokenizer(source: str, cache_dir: Any) -> Any:
@@ -398,3 +356,10 @@ class RemoteClient:
         self._link.close()
         for event in list(self._running.values()):
             event.set()
+
+
+def build_client(config: EngineConfig, options: object | None = None) -> EngineClient:
+    """The ``openai`` backend: ``options`` is the server's ``RemoteConfig``."""
+    if not isinstance(options, RemoteConfig):
+        raise ValueError("the openai backend needs a remote server (a RemoteConfig as options)")
+    return RemoteClient(options, cache_dir=config.cache_dir, max_model_len=config.max_model_len)

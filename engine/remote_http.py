@@ -6,15 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
-from engine.client import EngineUnavailableError
-from engine.errors import RemoteBusyError, RemoteRequestError
-
-if TYPE_CHECKING:
-    from engine.remote import RemoteConfig
+from engine.errors import EngineUnavailableError, RemoteBusyError, RemoteRequestError
+from engine.remote_config import RemoteConfig
 
 MAX_RETRY_AFTER_S = 30.0
 """A 429's Retry-After is honoured up to this."""

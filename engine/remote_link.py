@@ -19,14 +19,12 @@ import enum
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
-from engine.client import EngineStartingError, EngineUnavailableError
-
-if TYPE_CHECKING:
-    from engine.remote import RemoteConfig
+from engine.errors import EngineStartingError, EngineUnavailableError
+from engine.remote_config import RemoteConfig
 
 logger = logging.getLogger(__name__)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 
-from engine.client import EngineStartingError as EngineStarting
-from engine.client import EngineUnavailableError as EngineDown
-from engine.errors import RemoteBusyError
+from engine import EngineStartingError as EngineStarting
+from engine import EngineUnavailableError as EngineDown
+from engine import RemoteBusyError
 from rag.errors import EngineStartingError, EngineUnavailableError, OverloadedError, RagGuardError
 
 

@@ -8,8 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from engine.model_profiles import DEFAULT_PROFILE, PROFILES
-from engine.outputs import CompletionOutput
+from engine import DEFAULT_PROFILE, PROFILES, CompletionOutput
 from guards import (
     Candidate,
     ConfidenceModel,

@@ -8,7 +8,7 @@ its base's status unless it has a row of its own. Anything without a row is a 50
 
 from __future__ import annotations
 
-from engine.errors import EngineError, PromptTooLongError, RemoteRequestError
+from engine import EngineError, PromptTooLongError, RemoteRequestError
 from guards.review.errors import (
     EscalatedElsewhereError,
     InvalidReviewError,

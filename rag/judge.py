@@ -16,8 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from engine.client import EngineClient, build_engine_client
-from engine.errors import ModelLoadError, ModelNotFoundError
+from engine import EngineClient, ModelLoadError, ModelNotFoundError, build_engine_client
 from rag.citations import attribute
 from rag.errors import InvalidInputError
 from rag.types import Passage
@@ -151,7 +150,6 @@ def build_judge(
             quantization=settings.judge_quantization,
             speculative=None,
             max_model_len=None,
-            remote=None,
         )
         try:
             engine = owned = build_engine_client(config, "engine")

@@ -16,10 +16,17 @@ import uuid
 from collections.abc import AsyncGenerator, Collection, Iterator
 from dataclasses import dataclass, field, replace
 
-from engine import Generator, ModelLoadError, ModelNotFoundError
-from engine.client import EngineClient, as_engine_client, build_engine_client
-from engine.client import EngineUnavailableError as EngineDown
-from engine.errors import EngineError, RemoteBusyError
+from engine import (
+    EngineClient,
+    EngineError,
+    Generator,
+    ModelLoadError,
+    ModelNotFoundError,
+    RemoteBusyError,
+    as_engine_client,
+    build_engine_client,
+)
+from engine import EngineUnavailableError as EngineDown
 from guards import Action, Policy
 from guards.review import CachedAnswer, ReviewStore
 from rag import citations, demo, logs
@@ -164,13 +171,15 @@ class Pipeline:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         config = settings.engine_config()
-        if config.remote is not None and serving:
-            config = replace(config, remote=replace(config.remote, connect_in_background=True))
         embedder = Embedder(
             settings.embedding_model, device=config.resolved_device(), allow_hub=settings.allow_hub
         )
         try:
-            engine = build_engine_client(config, settings.generator_backend(serving=serving))
+            engine = build_engine_client(
+                config,
+                settings.generator_backend(serving=serving),
+                settings.remote_config(connect_in_background=serving),
+            )
         except (ModelNotFoundError, ModelLoadError) as exc:  # the engine names no setting
             raise type(exc)(
                 f"{exc} [settings: RAGGUARD_MODEL, RAGGUARD_ALLOW_HUB, RAGGUARD_GENERATOR]"

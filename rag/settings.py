@@ -12,8 +12,7 @@ from rag.prompt import PassageOrder, system_prompt_for
 from rag.retrieval.records import RetrievalMode
 
 if TYPE_CHECKING:
-    from engine import EngineConfig
-    from engine.remote import RemoteConfig
+    from engine import EngineConfig, RemoteConfig
 
 JUDGE_BY_DEFAULT = frozenset({"qwen2.5-coder-1.5b"})
 """Generator profiles that judge their own uncertain answers unless told otherwise."""
@@ -498,14 +497,14 @@ class Settings(BaseSettings):
             cache_dir=self.model_cache_dir,
             allow_hub=self.allow_hub,
             max_model_len=self.generator_max_model_len if self.generator == "openai" else None,
-            remote=self._remote_config(),
             process_nice=self.engine_process_nice,
         )
 
-    def _remote_config(self) -> RemoteConfig | None:
+    def remote_config(self, *, connect_in_background: bool = False) -> RemoteConfig | None:
+        """The ``openai`` backend's server (its ``options``), or None for the other backends."""
         if self.generator != "openai":
             return None
-        from engine.remote import RemoteConfig
+        from engine import RemoteConfig
 
         assert self.generator_url is not None  # checked by _remote_needs_a_url
         return RemoteConfig(
@@ -518,6 +517,7 @@ class Settings(BaseSettings):
             timeout_s=self.generator_timeout_s,
             max_retries=self.generator_max_retries,
             startup_timeout_s=self.generator_startup_timeout_s,
+            connect_in_background=connect_in_background,
         )
 
     @model_validator(mode="after")

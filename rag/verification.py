@@ -12,9 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from engine import SamplingParams
-from engine.client import EngineClient, generate_all
-from engine.outputs import CompletionOutput
+from engine import CompletionOutput, EngineClient, SamplingParams, generate_all
 from rag.prompt import SYSTEM_PROMPT, build_messages
 from rag.types import Passage
 

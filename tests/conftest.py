@@ -13,8 +13,7 @@ import pytest
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
-    from engine.hf_generator import HFGenerator
-    from engine.llm_engine import LLMEngine
+    from engine import HFGenerator, LLMEngine
     from rag.pipeline import Pipeline
     from rag.retrieval.embed import Embedder
     from rag.settings import Settings
@@ -41,8 +40,7 @@ def embedder() -> Embedder:
 
 @pytest.fixture(scope="session")
 def generator() -> HFGenerator:
-    from engine import EngineConfig
-    from engine.hf_generator import HFGenerator
+    from engine import EngineConfig, HFGenerator
 
     return HFGenerator(EngineConfig(device="cpu", dtype="float32"))
 
@@ -50,8 +48,7 @@ def generator() -> HFGenerator:
 @pytest.fixture(scope="session")
 def llm_engine() -> LLMEngine:
     """Our engine on the default model: the pipeline's default generator."""
-    from engine import EngineConfig
-    from engine.llm_engine import LLMEngine
+    from engine import EngineConfig, LLMEngine
 
     return LLMEngine(
         EngineConfig(device="cpu", dtype="float32", max_num_seqs=8, kv_cache_memory_bytes=128 << 20)
@@ -201,8 +198,7 @@ def _real_models_only_when_marked(
     (``make test-fast``) stays fast, and the marks stay true. Use ``tests.fakes`` instead."""
     if "model" in request.keywords or "slow" in request.keywords:
         return
-    from engine.hf_generator import HFGenerator
-    from engine.llm_engine import LLMEngine
+    from engine import HFGenerator, LLMEngine
     from rag.retrieval.embed import Embedder
 
     def refuse(self: object, *args: object, **kwargs: object) -> NoReturn:

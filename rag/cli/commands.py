@@ -351,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import httpx
     from pydantic import ValidationError
 
-    from engine.errors import EngineError
+    from engine import EngineError
     from guards.review.errors import ReviewError
     from rag.display import safe_text
     from rag.errors import RagGuardError

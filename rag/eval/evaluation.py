@@ -65,7 +65,7 @@ class _Models:
         self.loaded: dict[tuple[Any, ...], Any] = {}
 
     def pipeline(self, settings: Settings) -> Any:
-        from engine.client import build_engine_client
+        from engine import build_engine_client
         from rag.pipeline import Pipeline
         from rag.retrieval.embed import Embedder
 
@@ -88,7 +88,7 @@ class _Models:
         if generator is None and engine_at not in self.loaded:
             self._evict("generator")  # one of each at a time: models are large
             self.loaded[engine_at] = build_engine_client(
-                settings.engine_config(), settings.generator_backend()
+                settings.engine_config(), settings.generator_backend(), settings.remote_config()
             )
         # An evaluation measures the model on every item: never an answer cached by an earlier
         # run (or by an earlier item asking the same question). Nor does it put its answers in

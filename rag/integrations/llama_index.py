@@ -44,9 +44,7 @@ from llama_index.core.prompts.mixin import PromptDictType
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from engine.client import EngineClient, generate_all
-from engine.outputs import RequestOutput
-from engine.sampling_params import SamplingParams
+from engine import EngineClient, RequestOutput, SamplingParams, generate_all
 from guards import Action, Candidate
 from rag.background import BackgroundLoop
 from rag.guarding import AnswerChecker

@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from engine.model_profiles import DEFAULT_PROFILE, PROFILES
+from engine import DEFAULT_PROFILE, PROFILES
 from guards import Policy
 from guards.review import ItemNotFoundError, ReviewStore
 from guards.review.calibrations import CalibrationVersion

@@ -15,8 +15,8 @@ from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from engine.client import EngineUnavailableError as EngineDown
-from engine.errors import EngineError
+from engine import EngineError
+from engine import EngineUnavailableError as EngineDown
 from guards.review import ReviewError
 from rag.engine_failures import as_ragguard_error
 from rag.errors import AuthenticationError, EngineStartingError, OverloadedError, RagGuardError

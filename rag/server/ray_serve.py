@@ -27,10 +27,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from engine.client import EngineUnavailableError, build_engine_client
-from engine.outputs import RequestOutput
-from engine.prompts import Prompt, PromptTokenizer
-from engine.sampling_params import SamplingParams
+from engine import (
+    EngineUnavailableError,
+    Prompt,
+    PromptFacade,
+    PromptTokenizer,
+    RequestOutput,
+    SamplingParams,
+    build_engine_client,
+)
 from rag.errors import MissingDependencyError
 from rag.settings import Settings
 
@@ -67,7 +72,9 @@ class EngineReplica:
     def __init__(self, settings: dict[str, Any]):
         self.settings = Settings(**settings, _env_file=None)
         self.engine = build_engine_client(
-            self.settings.engine_config(), self.settings.generator_backend()
+            self.settings.engine_config(),
+            self.settings.generator_backend(),
+            self.settings.remote_config(),
         )
 
     def describe(self) -> dict[str, Any]:
@@ -96,7 +103,7 @@ class EngineReplica:
             engine.shutdown()
 
 
-class RayEngineClient:
+class RayEngineClient(PromptFacade):
     """``EngineClient`` over the ``ragguard-engine`` deployment's handle. The tokenizer is kept
     here, so prompts are formatted and fitted without a round trip."""
 
@@ -104,28 +111,13 @@ class RayEngineClient:
         """``info``: the engine replica's ``describe()``."""
         self._handle = handle
         self._model_name: str = info["model_name"]
-        self._max_model_len: int = info["max_model_len"]
-        self.prompts = PromptTokenizer(info["tokenizer"], self._max_model_len)
+        self.prompts = PromptTokenizer(info["tokenizer"], info["max_model_len"])
         self._streams: dict[str, Any] = {}
         self._stopped = False
 
     @property
     def model_name(self) -> str:
         return self._model_name
-
-    @property
-    def max_model_len(self) -> int:
-        return self._max_model_len
-
-    @property
-    def tokenizer(self) -> Any:
-        return self.prompts.tokenizer
-
-    def count_tokens(self, prompt: str) -> int:
-        return self.prompts.count_tokens(prompt)
-
-    def apply_chat_template(self, messages: list[dict[str, str]]) -> str:
-        return self.prompts.apply_chat_template(messages)
 
     async def generate(
         self, prompt: Prompt, params: SamplingParams, request_id: str | None = None

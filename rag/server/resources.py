@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from engine.llm_engine import EngineStats
+from engine import EngineStats
 
 logger = logging.getLogger(__name__)
 _STATM = Path("/proc/self/statm")

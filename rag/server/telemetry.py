@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from engine.llm_engine import EngineStats
+from engine import EngineStats
 from guards import Action
 from rag.reviews.risk import CollectionRisk
 from rag.server.resources import process_rss_bytes, resource_fields

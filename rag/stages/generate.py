@@ -9,9 +9,14 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
-from engine import CompletionOutput, RequestOutput, SamplingParams
-from engine.client import EngineClient, generate_all
-from engine.outputs import streamable_text
+from engine import (
+    CompletionOutput,
+    EngineClient,
+    RequestOutput,
+    SamplingParams,
+    generate_all,
+    streamable_text,
+)
 from guards import LoopStop
 from rag import logs
 from rag.errors import InvalidInputError

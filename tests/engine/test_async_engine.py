@@ -9,12 +9,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from engine import SamplingParams
-from engine.async_engine import AsyncEngine
+from engine import AsyncEngine, SamplingParams
 
 if TYPE_CHECKING:
-    from engine.llm_engine import LLMEngine
-    from engine.outputs import RequestOutput
+    from engine import LLMEngine, RequestOutput
     from engine.scheduler import ScheduledBatch
 
 

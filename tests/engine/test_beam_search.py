@@ -7,16 +7,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch
 
-from engine import EngineConfig, SamplingParams
+from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.beam_search import BeamSearch
-from engine.llm_engine import LLMEngine
 from tests.engine.reference import hf_generate
 from tests.engine.test_llm_engine import QUESTIONS, chat
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from engine.hf_generator import HFGenerator
+    from engine import HFGenerator
 
 
 def test_finished_beams_are_scored_by_length_and_the_search_stops_when_none_can_win() -> None:

@@ -15,7 +15,7 @@ pytestmark = [
 
 
 def test_generator_runs_on_cuda_in_bfloat16() -> None:
-    from engine.hf_generator import HFGenerator
+    from engine import HFGenerator
 
     gpu = HFGenerator(EngineConfig(device="cuda"))
     assert gpu.model.dtype == torch.bfloat16 and gpu.model.device.type == "cuda"
@@ -27,8 +27,7 @@ def test_generator_runs_on_cuda_in_bfloat16() -> None:
 
 
 def test_engine_on_cuda_matches_transformers_on_cuda() -> None:
-    from engine.hf_generator import HFGenerator
-    from engine.llm_engine import LLMEngine
+    from engine import HFGenerator, LLMEngine
 
     config = EngineConfig(device="cuda", dtype="float32")
     engine, reference = LLMEngine(config), HFGenerator(config)
@@ -44,7 +43,7 @@ def test_engine_on_cuda_matches_transformers_on_cuda() -> None:
 
 
 def test_engine_in_bfloat16_on_cuda_answers_and_frees_its_blocks() -> None:
-    from engine.llm_engine import LLMEngine
+    from engine import LLMEngine
 
     engine = LLMEngine(EngineConfig(device="cuda"))
     assert engine.model.lm_head.weight.dtype == torch.bfloat16
@@ -69,8 +68,8 @@ def test_engine_in_bfloat16_on_cuda_answers_and_frees_its_blocks() -> None:
 
 
 def test_int8_engine_on_cuda_follows_the_bf16_one() -> None:
+    from engine import LLMEngine
     from engine.layers.quantization import weight_bytes
-    from engine.llm_engine import LLMEngine
 
     bf16 = LLMEngine(EngineConfig(device="cuda", kv_cache_memory_bytes=64 << 20))
     int8 = LLMEngine(

@@ -9,9 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import EngineConfig, SamplingParams
+from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.cuda_graphs import DecodeGraphs, bucket_sizes
-from engine.llm_engine import LLMEngine
 from engine.model_runner import ModelRunner
 
 QUESTIONS = [
@@ -149,7 +148,7 @@ def test_decodes_longer_than_every_bucket_run_eagerly(
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_graph_decode_matches_eager_and_transformers_on_cuda() -> None:
-    from engine.hf_generator import HFGenerator
+    from engine import HFGenerator
 
     eager = LLMEngine(EngineConfig(device="cuda", dtype="float32", max_num_seqs=8))
     graphed = LLMEngine(
@@ -190,7 +189,7 @@ def test_async_engine_captures_and_replays_on_its_own_thread() -> None:
     several callers stream at once."""
     import asyncio
 
-    from engine.async_engine import AsyncEngine
+    from engine import AsyncEngine
 
     config = EngineConfig(device="cuda", dtype="float32", max_num_seqs=8)
     eager = LLMEngine(config)

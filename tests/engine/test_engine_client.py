@@ -9,29 +9,29 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from engine import EngineConfig, FinishReason, SamplingParams
-from engine.async_engine import AsyncEngine
-from engine.client import (
+from engine import (
+    AsyncEngine,
     EngineClient,
-    ThreadedClient,
+    EngineConfig,
+    FinishReason,
+    SamplingParams,
     as_engine_client,
     backends,
     build_engine_client,
     generate_all,
     register_backend,
 )
+from engine.threaded_client import ThreadedClient
 
 if TYPE_CHECKING:
-    from engine.hf_generator import HFGenerator
-    from engine.llm_engine import LLMEngine
-    from engine.outputs import RequestOutput
+    from engine import HFGenerator, LLMEngine, RequestOutput
 
 
 def test_backends_are_chosen_by_name_from_a_registry(llm_engine: LLMEngine) -> None:
     assert {"engine", "hf"} <= set(backends())
     made: list[EngineConfig] = []
 
-    def factory(config: EngineConfig) -> EngineClient:
+    def factory(config: EngineConfig, options: object | None) -> EngineClient:
         made.append(config)
         return AsyncEngine(llm_engine)
 

@@ -8,15 +8,14 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 
-from engine import EngineConfig, FinishReason, PromptTooLongError, SamplingParams
-from engine.llm_engine import LLMEngine
+from engine import EngineConfig, FinishReason, LLMEngine, PromptTooLongError, SamplingParams
 from tests.engine.reference import hf_generate
 from tests.engine.stop_checks import LOOP_REASON, stop_on_tail_loop
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from engine.hf_generator import HFGenerator
+    from engine import HFGenerator
     from engine.scheduler import ScheduledBatch
 
 QUESTIONS = [

@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import model_parts
-from engine.errors import ModelLoadError, ModelNotFoundError
-from engine.model_loader import resolve_model
+from engine import ModelLoadError, ModelNotFoundError, model_parts, resolve_model
 from engine.model_parts import ensure_joined, joined_path, part_paths
 from engine.model_profiles import PROFILES, QWEN_CODER_1_5B, ModelProfile, profile_names
 
@@ -162,8 +160,7 @@ def test_the_extra_pins_every_part() -> None:
 def test_the_real_qwen_1_5b_joins_verified_and_answers() -> None:
     if importlib.util.find_spec(QWEN_CODER_1_5B.modules()[-1]) is None:
         pytest.skip("Qwen2.5-Coder-1.5B parts not installed: make EXTRAS=qwen install")
-    from engine import EngineConfig, SamplingParams
-    from engine.llm_engine import LLMEngine
+    from engine import EngineConfig, LLMEngine, SamplingParams
 
     assert len(part_paths(QWEN_CODER_1_5B)) == QWEN_CODER_1_5B.num_parts
     engine = LLMEngine(EngineConfig(model="qwen2.5-coder-1.5b", quantization="int8"))

@@ -9,11 +9,17 @@ from collections.abc import AsyncGenerator, Iterator
 
 import pytest
 
-from engine import EngineConfig, SamplingParams
-from engine.client import EngineClient, EngineUnavailableError, build_engine_client, generate_all
-from engine.errors import PromptTooLongError
-from engine.llm_engine import LLMEngine
-from engine.process_client import ProcessEngine
+from engine import (
+    EngineClient,
+    EngineConfig,
+    EngineUnavailableError,
+    LLMEngine,
+    ProcessEngine,
+    PromptTooLongError,
+    SamplingParams,
+    build_engine_client,
+    generate_all,
+)
 
 CONFIG = EngineConfig(
     device="cpu", dtype="float32", max_num_seqs=8, kv_cache_memory_bytes=64 << 20, process_nice=3

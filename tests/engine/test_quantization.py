@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import EngineConfig, SamplingParams
+from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.layers.quantization import (
     Int8Embedding,
     Int8Linear,
@@ -13,7 +13,6 @@ from engine.layers.quantization import (
     quantize_weight,
     weight_bytes,
 )
-from engine.llm_engine import LLMEngine
 from tests.engine.test_llm_engine import QUESTIONS
 
 
@@ -65,7 +64,7 @@ def test_quantize_linears_swaps_every_linear_and_bad_tensors_are_refused() -> No
 def test_a_bad_quantization_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="quantization must be one of"):
         EngineConfig(quantization="int4")
-    from engine.hf_generator import HFGenerator
+    from engine import HFGenerator
 
     with pytest.raises(ValueError, match="features of our engine"):
         HFGenerator(EngineConfig(quantization="int8"))

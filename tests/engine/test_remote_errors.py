@@ -10,12 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from engine.client import EngineUnavailableError, build_engine_client, generate_all
-from engine.config import EngineConfig
-from engine.errors import RemoteBusyError, RemoteRequestError
-from engine.outputs import FinishReason
+from engine import (
+    EngineConfig,
+    EngineUnavailableError,
+    FinishReason,
+    RemoteBusyError,
+    RemoteRequestError,
+    SamplingParams,
+    build_engine_client,
+    generate_all,
+)
 from engine.remote import RemoteClient, RemoteConfig, chatml
-from engine.sampling_params import SamplingParams
 from tests.scripted_openai import Script, scripted_app
 
 if TYPE_CHECKING:
@@ -128,7 +133,7 @@ def test_without_a_tokenizer_prompts_are_chatml_and_counts_an_estimate(
 
 def test_the_registry_builds_it_and_a_config_is_checked(remote: tuple[Script, str]) -> None:
     _, url = remote
-    engine = build_engine_client(EngineConfig(remote=RemoteConfig(url)), "openai")
+    engine = build_engine_client(EngineConfig(), "openai", RemoteConfig(url))
     assert isinstance(engine, RemoteClient) and engine.model_name == "scripted"
     with pytest.raises(ValueError, match="remote"):
         build_engine_client(EngineConfig(), "openai")

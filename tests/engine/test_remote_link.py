@@ -13,10 +13,15 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from engine.client import EngineStartingError, EngineUnavailableError, generate_all
-from engine.remote import RemoteClient, RemoteConfig
+from engine import (
+    EngineStartingError,
+    EngineUnavailableError,
+    RemoteClient,
+    RemoteConfig,
+    SamplingParams,
+    generate_all,
+)
 from engine.remote_link import LinkState
-from engine.sampling_params import SamplingParams
 from tests.scripted_openai import Script, ScriptedProcess, free_port, scripted_app, wait_for
 
 if TYPE_CHECKING:

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import EngineConfig, SamplingParams
+from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.layers.sampler import SampleRow, verify_draft
-from engine.llm_engine import LLMEngine
 from engine.speculative import PromptLookup
 
 DEMO = Path(__file__).resolve().parents[2] / "rag" / "data" / "demo"

@@ -38,7 +38,7 @@ from rag.server.auth import KeyStore, Role
 from rag.settings import Settings
 
 if TYPE_CHECKING:
-    from engine.llm_engine import LLMEngine
+    from engine import LLMEngine
     from rag.retrieval.embed import Embedder
 
 MAX_EXAMPLES = 40

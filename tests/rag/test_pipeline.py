@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
-from engine.async_engine import AsyncEngine
+from engine import AsyncEngine
 from guards.registry import registered_guards
 from rag.citations import attribute, cited_numbers, is_declined
 from rag.errors import IndexNotFoundError, InvalidInputError
@@ -14,8 +14,7 @@ from rag.prompt import build_messages
 from rag.types import Passage, Result
 
 if TYPE_CHECKING:
-    from engine.hf_generator import HFGenerator
-    from engine.llm_engine import LLMEngine
+    from engine import HFGenerator, LLMEngine
     from rag.pipeline import Pipeline
     from rag.settings import Settings
 
@@ -104,7 +103,7 @@ def test_passages_are_dropped_until_the_prompt_fits_the_context(
 ) -> None:
     client = demo_pipeline.engine
     assert isinstance(client, AsyncEngine)  # the pipeline's own wrapper of the LLMEngine
-    monkeypatch.setattr(client.engine, "max_model_len", 700)
+    monkeypatch.setattr(client.prompts, "max_model_len", 700)
     result = demo_pipeline.ask(
         "How do batching and the KV cache interact?", top_k=8, min_score=0.0, max_tokens=8
     )
@@ -163,8 +162,7 @@ def test_the_transformers_generator_is_a_drop_in_replacement(
 
 
 def test_settings_choose_the_generator_backend() -> None:
-    from engine.client import backends, build_engine_client
-    from engine.config import EngineConfig
+    from engine import EngineConfig, backends, build_engine_client
 
     assert {"engine", "hf"} <= set(backends())
     with pytest.raises(ValueError, match="unknown generator backend"):

@@ -19,16 +19,14 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from engine.client import generate_all
-from engine.remote import RemoteClient, RemoteConfig
-from engine.sampling_params import SamplingParams
+from engine import RemoteClient, RemoteConfig, SamplingParams, generate_all
 from guards import Action
 from rag.pipeline import Pipeline
 from rag.settings import Settings
 from rag.types import ResultEvent
 
 if TYPE_CHECKING:
-    from engine.llm_engine import LLMEngine
+    from engine import LLMEngine
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]  # a second server process: ~55 s
 
@@ -170,7 +168,7 @@ def test_the_pipeline_and_guards_run_over_the_remote_generator(
 
 
 def test_a_model_the_server_does_not_serve_is_a_typed_error(remote_url: str) -> None:
-    from engine.errors import RemoteRequestError
+    from engine import RemoteRequestError
 
     engine = RemoteClient(
         RemoteConfig(remote_url, model="no-such-model", max_retries=0), max_model_len=2048

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from fastapi.testclient import TestClient
 
-from engine.remote import RemoteClient, RemoteConfig
+from engine import RemoteClient, RemoteConfig
 from rag.pipeline import Pipeline
 from rag.server import create_app
 from rag.settings import Settings
@@ -36,7 +36,7 @@ def test_settings_need_a_url_for_the_openai_generator() -> None:
         generator_api_key="sk-1",
         _env_file=None,
     )
-    remote = settings.engine_config().remote
+    remote = settings.remote_config()
     assert remote is not None and remote.api_key == "sk-1" and remote.base_url == "http://h:8000/v1"
     assert "sk-1" not in repr(settings)
 

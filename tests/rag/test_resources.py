@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.llm_engine import EngineStats
+from engine import EngineStats
 from rag.server import resources
 from rag.server.resources import process_rss_bytes, resource_fields
 

@@ -298,7 +298,7 @@ def test_request_id_is_echoed_and_shared_with_the_result(client: TestClient) -> 
 def test_request_log_records_carry_the_servers_resources(
     fake_pipeline: Pipeline, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from engine.llm_engine import EngineStats
+    from engine import EngineStats
 
     app = create_app(pipeline=fake_pipeline)
     state = app.state.ragguard

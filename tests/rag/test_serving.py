@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from engine.async_engine import AsyncEngine
+from engine import AsyncEngine
 from rag import AsyncClient, Client
 from rag.errors import DeadlineExceededError, OverloadedError
 from rag.server import create_app
@@ -27,8 +27,7 @@ from rag.types import PassagesEvent, ResultEvent, TokenEvent
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
-    from engine.llm_engine import LLMEngine
-    from engine.outputs import RequestOutput
+    from engine import LLMEngine, RequestOutput
     from rag.guarding import Checked
     from rag.pipeline import Pipeline
     from rag.server.state import ServerState
@@ -279,7 +278,7 @@ def test_metrics_are_prometheus_histograms_gauges_and_counters(live: Live) -> No
 def test_speculative_decoding_counters_come_from_the_engine_stats() -> None:
     from prometheus_client import CollectorRegistry
 
-    from engine.llm_engine import EngineStats
+    from engine import EngineStats
     from rag.server.telemetry import LoadCounts, _EngineCollector
 
     stats = EngineStats(
@@ -308,7 +307,7 @@ def test_resource_metrics_come_from_the_process_and_the_engine_stats() -> None:
 
     from prometheus_client import generate_latest
 
-    from engine.llm_engine import EngineStats
+    from engine import EngineStats
     from rag.server.telemetry import Telemetry
 
     telemetry = Telemetry()

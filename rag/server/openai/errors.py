@@ -16,7 +16,7 @@ from fastapi.routing import APIRoute
 from sse_starlette import ServerSentEvent
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from engine.errors import EngineError
+from engine import EngineError
 from rag.engine_failures import as_ragguard_error
 from rag.errors import (
     AuthenticationError,

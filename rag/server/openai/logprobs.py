@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.outputs import CompletionOutput
+from engine import CompletionOutput
 from rag.server.openai.schemas import ChatLogprobs, CompletionLogprobs, TokenLogprob, TopLogprob
 
 _MIN_LOGPROB = -9999.0

@@ -16,9 +16,14 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 from sse_starlette import ServerSentEvent
 
-from engine.client import EngineClient
-from engine.outputs import CompletionOutput, FinishReason, RequestOutput, streamable_text
-from engine.sampling_params import SamplingParams
+from engine import (
+    CompletionOutput,
+    EngineClient,
+    FinishReason,
+    RequestOutput,
+    SamplingParams,
+    streamable_text,
+)
 from rag import logs
 from rag.errors import (
     DeadlineExceededError,

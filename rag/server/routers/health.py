@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from engine.client import EngineStartingError, EngineUnavailableError
+from engine import EngineStartingError, EngineUnavailableError
 from rag.server.auth import sees_details
 from rag.server.schemas import HealthOut, ReadyOut
 from rag.server.state import ServerState, StateDep

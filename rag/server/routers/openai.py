@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from engine.sampling_params import SamplingParams
+from engine import SamplingParams
 from rag.pipeline import Pipeline
 from rag.server.openai.errors import OpenAIAPIError, OpenAIRoute
 from rag.server.openai.grounded import GroundedJob, answer_grounded
