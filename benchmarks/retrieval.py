@@ -40,7 +40,7 @@ from rag.retrieval.collection import Collection, CollectionRegistry
 from rag.retrieval.documents import Chunk, Document
 from rag.retrieval.embed import Embedder
 from rag.retrieval.index import VectorIndex
-from rag.retrieval.records import RETRIEVAL_MODES, RetrievalMode
+from rag.types import RETRIEVAL_MODES, RetrievalMode
 
 SEED = 0
 DIMENSION = 384

@@ -9,7 +9,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator, model_vali
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rag.prompt import PassageOrder, system_prompt_for
-from rag.retrieval.records import RetrievalMode
+from rag.types import RetrievalMode
 
 if TYPE_CHECKING:
     from engine import EngineConfig, RemoteConfig

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from guards.policy import Action
-from rag.retrieval.records import RetrievalMode
+
+RetrievalMode = Literal["dense", "bm25", "hybrid"]
+"""How an index ranks chunks: by embedding, by BM25 over the words, or both fused."""
+RETRIEVAL_MODES: tuple[RetrievalMode, ...] = ("dense", "bm25", "hybrid")
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,9 @@ from rag.errors import (
 from rag.retrieval.documents import Chunk, Chunker, Document
 from rag.retrieval.embed import Embedder
 from rag.retrieval.index import VectorIndex
-from rag.retrieval.records import DocumentInfo, IndexInfo, RetrievalMode, ScoredChunk
+from rag.retrieval.records import DocumentInfo, IndexInfo, ScoredChunk
 from rag.settings import Settings
+from rag.types import RetrievalMode
 
 logger = logging.getLogger(__name__)
 

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from rag.retrieval.documents import Chunk
-
-RetrievalMode = Literal["dense", "bm25", "hybrid"]
-"""How an index ranks chunks: by embedding, by BM25 over the words, or both fused."""
-RETRIEVAL_MODES: tuple[RetrievalMode, ...] = ("dense", "bm25", "hybrid")
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,7 @@ from abc import ABC, abstractmethod
 
 from rag.errors import InvalidInputError
 from rag.retrieval.collection import Collection
-from rag.retrieval.records import RETRIEVAL_MODES, RetrievalMode
-from rag.types import Passage
+from rag.types import RETRIEVAL_MODES, Passage, RetrievalMode
 
 
 class Retriever(ABC):

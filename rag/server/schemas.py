@@ -7,9 +7,9 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from rag.retrieval.collection import INDEX_NAME_PATTERN, IngestReport, check_index_name
-from rag.retrieval.records import DocumentInfo, IndexInfo, RetrievalMode
+from rag.retrieval.records import DocumentInfo, IndexInfo
 from rag.settings import MAX_QUESTION_CHARS
-from rag.types import AskOptions, Result
+from rag.types import AskOptions, Result, RetrievalMode
 
 MAX_OFFSET = 2**31
 """The largest offset a listing takes: far past any listing's end, and far below SQLite's

@@ -6,10 +6,9 @@ import hashlib
 from dataclasses import dataclass
 
 from rag.retrieval.collection import CollectionRegistry, check_index_name
-from rag.retrieval.records import RetrievalMode
 from rag.retrieval.retriever import CollectionRetriever, Retriever
 from rag.reviews import index_version
-from rag.types import Passage
+from rag.types import Passage, RetrievalMode
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rag.retrieval.records import RetrievalMode
 from rag.server.schemas import CitationOut, GuardReportOut, IndexName, PassageOut
+from rag.types import RetrievalMode
 
 GROUNDED_MODEL = "ragguard"
 """The model id that answers from the index, with citations and the guards' decision."""
