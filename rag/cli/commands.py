@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rag.cli.console import note, out
-from rag.retrieval.records import RETRIEVAL_MODES
+from rag.types import RETRIEVAL_MODES
 
 if TYPE_CHECKING:
     from rag.settings import Settings

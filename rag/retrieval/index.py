@@ -36,14 +36,9 @@ from rag.retrieval.documents import Chunk, Document
 from rag.retrieval.faiss_store import FaissStore
 from rag.retrieval.fusion import reciprocal_rank_fusion
 from rag.retrieval.lexical import LexicalStore
-from rag.retrieval.records import (
-    RETRIEVAL_MODES,
-    DocumentInfo,
-    IndexInfo,
-    RetrievalMode,
-    ScoredChunk,
-)
+from rag.retrieval.records import DocumentInfo, IndexInfo, ScoredChunk
 from rag.retrieval.title_links import TitleLinks
+from rag.types import RETRIEVAL_MODES, RetrievalMode
 
 logger = logging.getLogger(__name__)
 
