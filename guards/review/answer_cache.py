@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from guards.review.backend import Cursor
 from guards.review.models import CachedAnswer, ReviewItem, normalize_question
+from guards.storage.database import Cursor
 
 
 def put(cur: Cursor, item: ReviewItem, reviewer: str, now: float) -> None:

@@ -15,9 +15,9 @@ from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
-from guards.review.backend import Database
 from guards.review.errors import ItemNotFoundError
 from guards.risk import Recalibration
+from guards.storage.database import Database
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from guards.review.backend import Cursor, Database
 from guards.review.models import ReviewItem, normalize_question
+from guards.storage.database import Cursor, Database
 
 _NOT_WITHDRAWN = (
     "NOT EXISTS (SELECT 1 FROM withdrawn_answers w WHERE w.index_name = d.index_name "

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 
-from guards.review.backend import Cursor, Database
 from guards.review.models import Rating, ReviewItem, Status
 from guards.review.rows import COLUMNS, RATING_COLUMNS, filters, item_from_row, rating_from_row
+from guards.storage.database import Cursor, Database
 
 DEFAULT_PAGE_SIZE = 500
 

@@ -14,9 +14,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from guards.review.backend import Cursor
 from guards.review.errors import InvalidReviewError, ReviewConflictError
 from guards.review.models import NewItem, Resolution, ReviewItem, priority_of
+from guards.storage.database import Cursor
 
 MADE_GOLD = "made_gold"
 """The audit action on the item a gold item was made from (shown to admins only)."""

@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from guards.review.backend import Cursor, Database
 from guards.review.errors import InvalidReviewError, ItemNotFoundError
 from guards.review.models import Resolution, ReviewItem
 from guards.risk import Label, LabelKind
+from guards.storage.database import Cursor, Database
 
 _LABEL_COLUMNS = (
     "l.id, l.correct, l.confidence, l.signals, l.propensity, l.kind, l.created_at, l.uniform, "

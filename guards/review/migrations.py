@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import time
 
-from guards.review.backend import Cursor, Database
 from guards.review.errors import SchemaTooNewError
-from guards.review.schema_history import SchemaHistory, UnknownRevisionError, upgrade
+from guards.storage.database import Cursor, Database
+from guards.storage.schema_history import SchemaHistory, UnknownRevisionError, upgrade
 
 DEFAULT_SLA_S = 24 * 3600.0
 """Deadline given to items that predate deadlines, and the store's default SLA."""

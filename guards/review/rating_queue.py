@@ -10,10 +10,10 @@ the store's transactions.
 
 from __future__ import annotations
 
-from guards.review.backend import Cursor
 from guards.review.export import ratings_of
 from guards.review.models import ReviewItem
 from guards.review.rows import COLUMNS, item_from_row
+from guards.storage.database import Cursor
 
 _NEEDS_RATINGS = (
     "status IN ('approved', 'edited', 'rejected') AND gold_id IS NULL "

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from guards.review.backend import Cursor
 from guards.review.models import Rating, Ratings, Resolution, ReviewItem, Status
+from guards.storage.database import Cursor
 
 COLUMNS = (
     "id, question, answer, candidates, passages, guard_results, confidence, reasons, priority, "

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from guards.review import answer_cache, delivered, escalation, gold, rating_queue
-from guards.review.backend import Cursor, Database
 from guards.review.calibrations import CalibrationBook
 from guards.review.errors import (
     EscalatedElsewhereError,
@@ -40,6 +39,7 @@ from guards.review.models import (
 )
 from guards.review.refusal import why_no_row_matched
 from guards.review.rows import COLUMNS, filters, insert_audit, item_from_row, loads, put_ratings
+from guards.storage.database import Cursor, Database
 
 logger = logging.getLogger(__name__)
 

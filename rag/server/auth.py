@@ -23,8 +23,8 @@ from urllib.parse import urlsplit
 
 from fastapi import Request
 
-from guards.review.backend import Database
-from guards.review.schema_history import SchemaHistory, UnknownRevisionError, upgrade
+from guards.storage.database import Database
+from guards.storage.schema_history import SchemaHistory, UnknownRevisionError, upgrade
 from rag.errors import (
     AuthenticationError,
     ConfigurationError,

@@ -17,8 +17,8 @@ from guards.review import (
     Status,
     queue_stats,
 )
-from guards.review.backend import Database
 from guards.review.migrations import SCHEMA_VERSION, migrate
+from guards.storage.database import Database
 from tests.guards.fake_clock import Clock
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from guards.review import ItemNotFoundError, NewItem, Resolution, ReviewStore
-from guards.review.backend import Database
 from guards.review.labels import AnswerRecord
 from guards.review.migrations import migrate
 from guards.risk import LabelKind, Recalibration
+from guards.storage.database import Database
 from tests.guards.fake_clock import Clock
 
 

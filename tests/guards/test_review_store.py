@@ -30,9 +30,9 @@ from guards.review import (
     normalize_question,
     queue_stats,
 )
-from guards.review.backend import Cursor, Database
 from guards.review.errors import SchemaTooNewError
 from guards.review.migrations import SCHEMA_VERSION, migrate
+from guards.storage.database import Cursor, Database
 from tests.guards.fake_clock import Clock
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from guards.review import NewItem, ReviewStore
-from guards.review.backend import Database
 from guards.review.errors import SchemaTooNewError
 from guards.review.migrations import HISTORY, SCHEMA_VERSION, migrate
+from guards.storage.database import Database
 from rag.errors import ConfigurationError
 from rag.server.auth import KEYS_HISTORY, KeyStore, Role
 

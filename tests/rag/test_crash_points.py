@@ -56,7 +56,7 @@ SETTINGS = {
 HOOK = """
 import os, signal, sys
 from sqlalchemy import event
-from guards.review import backend
+from guards.storage import database
 from rag.retrieval import faiss_store, index
 from rag.cli import main
 
@@ -88,12 +88,12 @@ def traced_connect(path):
     conn.set_trace_callback(trace)
     return conn
 index.VectorIndex._connect = staticmethod(traced_connect)
-init = backend.Database.__init__
+init = database.Database.__init__
 def traced_init(self, *args, **kwargs):
     init(self, *args, **kwargs)
     # Every pooled connection, as the pool opens it (the engine connects lazily).
     event.listen(self.engine, "connect", lambda conn, _: conn.set_trace_callback(trace))
-backend.Database.__init__ = traced_init
+database.Database.__init__ = traced_init
 apply = faiss_store.FaissStore.apply
 def dying_apply(self, *args):
     die("after-commit", seen["writes"])

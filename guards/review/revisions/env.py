@@ -10,6 +10,6 @@ from __future__ import annotations
 from alembic import context
 
 from guards.review.migrations import HISTORY
-from guards.review.schema_history import run_environment
+from guards.storage.schema_history import run_environment
 
 run_environment(context, HISTORY)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from alembic import op
 
-from guards.review.schema_history import cursor
+from guards.storage.schema_history import cursor
 
 revision = ${repr(up_revision)}
 down_revision = ${repr(down_revision)}

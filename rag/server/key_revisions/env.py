@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from guards.review.schema_history import run_environment
+from guards.storage.schema_history import run_environment
 from rag.server.auth import KEYS_HISTORY
 
 run_environment(context, KEYS_HISTORY)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from alembic import op
 
-from guards.review.schema_history import cursor
+from guards.storage.schema_history import cursor
 
 revision = "0001"
 down_revision = None

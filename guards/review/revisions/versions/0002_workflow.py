@@ -11,9 +11,9 @@ import logging
 
 from alembic import op
 
-from guards.review.backend import Cursor
 from guards.review.models import priority_of
-from guards.review.schema_history import cursor
+from guards.storage.database import Cursor
+from guards.storage.schema_history import cursor
 
 revision = "0002"
 down_revision = "0001"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from alembic import op
 
-from guards.review.schema_history import cursor
+from guards.storage.schema_history import cursor
 
 revision = "0004"
 down_revision = "0003"

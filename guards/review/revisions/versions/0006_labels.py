@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from alembic import op
 
-from guards.review.schema_history import cursor
+from guards.storage.schema_history import cursor
 
 revision = "0006"
 down_revision = "0005"

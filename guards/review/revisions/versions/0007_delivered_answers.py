@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from alembic import op
 
-from guards.review.schema_history import cursor
+from guards.storage.schema_history import cursor
 
 revision = "0007"
 down_revision = "0006"

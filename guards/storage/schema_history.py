@@ -24,7 +24,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from guards.review.backend import Cursor, Database
+from guards.storage.database import Cursor, Database
 
 logger = logging.getLogger(__name__)
 

@@ -4,10 +4,11 @@ PostgreSQL through the same SQL.
 The stores write their SQL once, with ``?`` placeholders, and run it on a pooled connection as
 the driver's own SQL (``exec_driver_sql``); for PostgreSQL (psycopg) the placeholders become
 ``%s``. Every write runs inside ``transaction()``: either all of its statements are committed or
-none is, so a crash never leaves a status change without its audit row. Transactions run on
-connections of their own, so on PostgreSQL concurrent requests of one process (and of several
-processes) proceed side by side; SQLite serialises writers itself (``BEGIN IMMEDIATE`` takes its
-write lock up front, waiting up to ``busy_timeout_s``), while its readers never wait (WAL).
+none is, so a crash never leaves half a change (a review's new status without its audit row).
+Transactions run on connections of their own, so on PostgreSQL concurrent requests of one process
+(and of several processes) proceed side by side; SQLite serialises writers itself (``BEGIN
+IMMEDIATE`` takes its write lock up front, waiting up to ``busy_timeout_s``), while its readers
+never wait (WAL).
 """
 
 from __future__ import annotations
