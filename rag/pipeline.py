@@ -41,8 +41,8 @@ from rag.judge import build_judge
 from rag.prompt import NO_ANSWER
 from rag.retrieval.collection import CollectionRegistry
 from rag.retrieval.embed import Embedder
-from rag.reviews import ReviewDesk, open_review_store
-from rag.reviews.risk import RiskControl
+from rag.review_desk import ReviewDesk, open_review_store
+from rag.review_desk.risk import RiskControl
 from rag.settings import Settings
 from rag.stages import GenerateStage, Generation, Retrieval, RetrieveStage
 from rag.stages.act import ActStage

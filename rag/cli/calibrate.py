@@ -31,8 +31,8 @@ def _row(name: str, before: Mapping[str, float], after: Mapping[str, float]) -> 
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from rag.reviews import open_review_store
-    from rag.reviews.risk import RiskControl
+    from rag.review_desk import open_review_store
+    from rag.review_desk.risk import RiskControl
     from rag.settings import Settings
 
     overrides: dict[str, Any] = {"data_dir": args.data_dir} if args.data_dir else {}

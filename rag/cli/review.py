@@ -29,7 +29,7 @@ class _Local:
     """The review store of this machine's data directory."""
 
     def __init__(self, args: argparse.Namespace):
-        from rag.reviews import open_review_store
+        from rag.review_desk import open_review_store
         from rag.settings import Settings
 
         overrides = {"data_dir": args.data_dir} if args.data_dir else {}
@@ -37,7 +37,7 @@ class _Local:
         self.actor = args.reviewer or os.environ.get("USER") or getpass.getuser()
 
     def _out(self, item: Any, audit: bool = True) -> dict[str, Any]:
-        from rag.reviews import ReviewOut
+        from rag.review_desk import ReviewOut
 
         log = self.store.audit(item.id) if audit else None
         out = ReviewOut.from_item(item, self.store.clock(), show_gold=True, audit=log)
@@ -78,7 +78,7 @@ class _Local:
 
     def export(self, fmt: str, status: str | None) -> str:
         from guards.review import Status
-        from rag.reviews import export_rows, to_csv
+        from rag.review_desk import export_rows, to_csv
 
         rows = export_rows(self.store, Status(status) if status else None, show_gold=True)
         if fmt == "csv":

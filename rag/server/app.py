@@ -22,7 +22,7 @@ from rag.engine_failures import as_ragguard_error
 from rag.errors import AuthenticationError, EngineStartingError, OverloadedError, RagGuardError
 from rag.http_errors import error_type_of, status_of
 from rag.pipeline import Pipeline
-from rag.reviews import open_review_store
+from rag.review_desk import open_review_store
 from rag.server import page
 from rag.server.auth import KeyStore, Role, log_protection, require
 from rag.server.disconnect import ClientDisconnected

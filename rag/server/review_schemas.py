@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from guards.review import QueueStats, Ratings
-from rag.reviews.views import ReviewOut
+from rag.review_desk.views import ReviewOut
 from rag.server.schemas import StrictRequest
 
 

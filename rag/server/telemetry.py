@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 
 from engine import EngineStats
 from guards import Action
-from rag.reviews.risk import CollectionRisk
+from rag.review_desk.risk import CollectionRisk
 from rag.server.resources import process_rss_bytes, resource_fields
 from rag.types import AskEvent, ResultEvent, TokenEvent
 

@@ -3,7 +3,7 @@
 Each stage is a small unit with its collaborators injected; ``rag.pipeline.Pipeline`` composes
 them, and the SDK, the server, the streaming path and ``ragguard eval`` all run the same ones.
 Check and decide live in ``rag.guarding`` (the guard chain, the confidence, the policy); the act
-stage's review queue is ``rag.reviews.ReviewDesk``.
+stage's review queue is ``rag.review_desk.ReviewDesk``.
 """
 
 from rag.stages.generate import GenerateStage, Generation, Plan

@@ -3,7 +3,7 @@ withhold, or a person), then the answer is queued for review, sampled for an aud
 so its user can give feedback on it.
 
 The shipped confidence is what the guards computed; each collection's calibration in force
-(``rag.reviews.risk``) turns it into the confidence the user sees and the policy reads, and the
+(``rag.review_desk.risk``) turns it into the confidence the user sees and the policy reads, and the
 shipped one travels with every queued item, so that the verdict on it can refit the calibration.
 """
 
@@ -19,8 +19,8 @@ from guards import Action, Decision, Policy
 from guards.review import NewItem, ReviewError
 from guards.review.labels import AnswerRecord
 from rag.guarding import AnswerChecker, Checked
-from rag.reviews import ReviewDesk
-from rag.reviews.risk import CollectionRisk, RiskControl
+from rag.review_desk import ReviewDesk
+from rag.review_desk.risk import CollectionRisk, RiskControl
 from rag.types import Result
 
 logger = logging.getLogger(__name__)

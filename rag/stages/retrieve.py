@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from rag.retrieval.collection import CollectionRegistry, check_index_name
 from rag.retrieval.retriever import CollectionRetriever, Retriever
-from rag.reviews import index_version
+from rag.review_desk import index_version
 from rag.types import Passage, RetrievalMode
 
 

@@ -17,8 +17,8 @@ from fastapi.testclient import TestClient
 
 from guards import Policy
 from guards.review import NewItem
-from rag.reviews import export
-from rag.reviews.export import export_rows
+from rag.review_desk import export_format
+from rag.review_desk.export_format import export_rows
 from rag.server import create_app
 from rag.server.auth import KeyStore, Role, check_bind
 from tests.server_state import key_store, review_store
@@ -153,7 +153,7 @@ def test_export_as_jsonl_and_csv(client: TestClient) -> None:
 def test_export_streams_each_item_once_while_reviewers_work(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(export, "_EXPORT_PAGE", 3)
+    monkeypatch.setattr(export_format, "_EXPORT_PAGE", 3)
     store = review_store(client)
     store.add_gold("Capital of France?", "Paris.", is_correct=True)
     for i in range(10):

@@ -12,7 +12,7 @@ from fastapi.responses import StreamingResponse
 
 from guards.review import Resolution, ReviewItem, ReviewStore, Status, queue_stats
 from rag.errors import InvalidInputError
-from rag.reviews import ReviewOut, export_rows, to_csv
+from rag.review_desk import ReviewOut, export_rows, to_csv
 from rag.server.auth import Principal, Role, require
 from rag.server.review_schemas import (
     ClaimIn,

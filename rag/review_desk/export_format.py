@@ -1,5 +1,6 @@
-"""The review queue exported: every item (or those of one status) with its ratings, oldest first,
-as dictionaries, JSON lines or CSV; for the export route and ``ragguard review export``."""
+"""The review queue exported for people: every item (or those of one status) with its ratings,
+oldest first, as dictionaries, JSON lines or CSV; for the export route and ``ragguard review
+export``. The pages themselves are read by ``guards.review.export``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from guards.review import ReviewStore, Status
-from rag.reviews.views import ReviewOut
+from rag.review_desk.views import ReviewOut
 
 _EXPORT_PAGE = 500
 
