@@ -11,12 +11,12 @@ from guards.base import (
     GuardRun,
     Outcome,
 )
-from guards.claims import Claim, ClaimCheck, ClaimVerdict, check_answer, extract_claims
+from guards.claims import check_answer, extract_claims
 from guards.confidence import ConfidenceModel, expected_calibration_error, features
 from guards.consistency import SelfConsistencyGuard, cluster_answers
 from guards.embedder import Embedder
 from guards.grounding import GroundingGuard
-from guards.kg import KnowledgeGraph
+from guards.kg import Claim, ClaimCheck, ClaimVerdict, KnowledgeGraph
 from guards.kg_guard import KnowledgeGraphGuard
 from guards.policy import Action, Decision, Policy
 from guards.repetition import LoopStop, RepetitionGuard, is_looping

@@ -1,56 +1,14 @@
-"""Claims an answer makes about a knowledge graph's entities, and what the graph says of them.
+"""Claims an answer makes about a knowledge graph's entities, each judged against the graph.
 
-A claim (subject, relation, object) is SUPPORTED when the graph holds that edge, CONTRADICTED
-when the relation is functional (one value per subject: a release year, a director) and the graph
-gives the subject a different value, and UNKNOWN otherwise: absence from the graph is never
-treated as falsehood.
+The answer's entities are linked in the graph (``KnowledgeGraph.link``); each becomes the object
+of the relation phrase nearest to it, with the entities that have that relation as its subjects.
+``KnowledgeGraph.check`` judges a claim: SUPPORTED, CONTRADICTED or UNKNOWN (``guards.kg``).
 """
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
+from guards.kg import Claim, ClaimCheck, KnowledgeGraph, Mention
 from guards.text import CUE_WORDS, name_words
-
-if TYPE_CHECKING:
-    from guards.kg import KnowledgeGraph
-
-
-class ClaimVerdict(enum.StrEnum):
-    """What the graph says of a claim."""
-
-    SUPPORTED = "supported"
-    CONTRADICTED = "contradicted"
-    UNKNOWN = "unknown"
-
-
-@dataclass(frozen=True, slots=True)
-class Mention:
-    """An entity found in a text: the graph node and where it was found (word offsets)."""
-
-    node: str
-    start: int
-    end: int
-    weak: bool = False
-    """A lower-case one-word match in mixed-case text ("shaft", "good"): maybe a title or value
-    written carelessly, maybe an ordinary word; ``extract_claims`` says which."""
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    subject: str
-    relation: str
-    object: str
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimCheck:
-    claim: Claim
-    verdict: ClaimVerdict
-    known_objects: tuple[str, ...] = ()
-    """What the graph holds for (subject, relation), to show a reviewer."""
 
 
 def extract_claims(graph: KnowledgeGraph, answer: str, question: str = "") -> list[Claim]:

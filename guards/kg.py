@@ -1,23 +1,65 @@
 """A knowledge graph for fact checking: triples in networkx, names normalised and aliased, entities
-linked in text (``guards.claims`` turns an answer into claims and judges them against it)."""
+linked in text, and a claim (subject, relation, object) judged against the graph
+(``guards.claims`` finds the claims an answer makes).
+
+A claim is SUPPORTED when the graph holds that edge, CONTRADICTED when the relation is functional
+(one value per subject: a release year, a director) and the graph gives the subject a different
+value, and UNKNOWN otherwise: absence from the graph is never treated as falsehood.
+"""
 
 from __future__ import annotations
 
+import enum
 import itertools
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from difflib import get_close_matches
 from pathlib import Path
 
 import networkx as nx
 
-from guards.claims import Claim, ClaimCheck, ClaimVerdict, Mention
 from guards.text import CUE_WORDS, FUNCTION_WORDS, name_tokens, normalize
 from guards.triples import declared_functional, read_rows, read_triples
 
 MAX_ENTITY_WORDS = 16
 _PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
+
+
+class ClaimVerdict(enum.StrEnum):
+    """What the graph says of a claim."""
+
+    SUPPORTED = "supported"
+    CONTRADICTED = "contradicted"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Mention:
+    """An entity found in a text: the graph node and where it was found (word offsets)."""
+
+    node: str
+    start: int
+    end: int
+    weak: bool = False
+    """A lower-case one-word match in mixed-case text ("shaft", "good"): maybe a title or value
+    written carelessly, maybe an ordinary word; ``guards.claims.extract_claims`` says which."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    subject: str
+    relation: str
+    object: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimCheck:
+    claim: Claim
+    verdict: ClaimVerdict
+    known_objects: tuple[str, ...] = ()
+    """What the graph holds for (subject, relation), to show a reviewer."""
 
 
 def normalize_name(text: str) -> str:

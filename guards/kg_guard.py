@@ -8,8 +8,8 @@ from dataclasses import asdict
 from typing import Any, ClassVar
 
 from guards.base import Guard, GuardContext, GuardResult, Outcome
-from guards.claims import ClaimVerdict, check_answer
-from guards.kg import KnowledgeGraph
+from guards.claims import check_answer
+from guards.kg import ClaimVerdict, KnowledgeGraph
 
 
 class KnowledgeGraphGuard(Guard):
