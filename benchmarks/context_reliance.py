@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.research.training import LabelledAnswer, load_run  # noqa: E402
 from rag.eval.metrics import auroc  # noqa: E402
-from rag.eval.training import LabelledAnswer, load_run  # noqa: E402
 from rag.prompt import build_messages  # noqa: E402
 from rag.types import Passage  # noqa: E402
 

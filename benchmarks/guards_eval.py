@@ -2,22 +2,23 @@
 
     python benchmarks/guards_eval.py --data-dir DIR [--limit N] [--sections a,b,...]
 
-Sections (all by default; the data and the scoring live in ``rag.eval``):
+Sections (all by default; the data and the scoring live in ``benchmarks.research``):
 
-- ``halueval`` (``rag.eval.halueval_pairs``): HaluEval QA's right and hallucinated answers
-  checked against the item's knowledge; AUROC and F1 of the flag "hallucinated" for the prior,
-  shipped and 2-fold cross-fitted confidence against answer length, lexical overlap and mean
-  token logprob.
-- ``metaqa_claims`` (``rag.eval.metaqa_guard``): gold MetaQA triples written as noisy sentences,
-  corrupted ones and paraphrases (``rag.eval.guard_sets``) through the knowledge-graph guard.
-- ``metaqa_answers`` (``rag.eval.metaqa_guard``): the default model answers MetaQA 1-hop
-  questions from the graph rendered as passages; AUROC of the guard for answer correctness.
-- ``end_to_end`` (``rag.eval.end_to_end``): MuSiQue, HotpotQA and PubMedQA through
+- ``halueval`` (``benchmarks.research.halueval_pairs``): HaluEval QA's right and hallucinated
+  answers checked against the item's knowledge; AUROC and F1 of the flag "hallucinated" for the
+  prior, shipped and 2-fold cross-fitted confidence against answer length, lexical overlap and
+  mean token logprob.
+- ``metaqa_claims`` (``benchmarks.research.metaqa_guard``): gold MetaQA triples written as noisy
+  sentences, corrupted ones and paraphrases (``benchmarks.research.guard_sets``) through the
+  knowledge-graph guard.
+- ``metaqa_answers`` (``benchmarks.research.metaqa_guard``): the default model answers MetaQA
+  1-hop questions from the graph rendered as passages; AUROC of the guard for answer correctness.
+- ``end_to_end`` (``benchmarks.research.end_to_end``): MuSiQue, HotpotQA and PubMedQA through
   ``Pipeline.ask`` with ``--num-candidates`` samples per question; AUROC and risk-coverage of the
   confidence (prior, cross-fitted) against the mean token logprob. ``--save-confidence PATH``
   writes the model fitted on every answer.
-- ``repetition`` (``rag.eval.repetition_loops``): prompts that make the default model loop with
-  penalties off; recall of the repetition guard and of the engine's loop stop check.
+- ``repetition`` (``benchmarks.research.repetition_loops``): prompts that make the default model
+  loop with penalties off; recall of the repetition guard and of the engine's loop stop check.
 
 Each section prints one JSON line as it ends; the last line of stdout is one JSON object with
 every figure and the command.
@@ -36,21 +37,24 @@ from typing import Any
 
 import torch
 
-from engine import EngineConfig
-from engine.hf_generator import HFGenerator
-from engine.llm_engine import LLMEngine
-from rag.demo import ensure_demo_index
-from rag.eval.end_to_end import fit_confidence, generate_end_to_end, score_end_to_end
-from rag.eval.guard_sets import SEED, load_movie_graph
-from rag.eval.halueval_pairs import run_halueval
-from rag.eval.metaqa_guard import run_metaqa_answers, run_metaqa_claims
-from rag.eval.repetition_loops import run_repetition
-from rag.pipeline import Pipeline
-from rag.retrieval.embed import Embedder
-from rag.settings import Settings
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.research.end_to_end import fit_confidence, generate_end_to_end, score_end_to_end  # noqa: E402
+from benchmarks.research.guard_sets import SEED, load_movie_graph  # noqa: E402
+from benchmarks.research.halueval_pairs import run_halueval  # noqa: E402
+from benchmarks.research.metaqa_guard import run_metaqa_answers, run_metaqa_claims  # noqa: E402
+from benchmarks.research.repetition_loops import run_repetition  # noqa: E402
+from engine import EngineConfig  # noqa: E402
+from engine.hf_generator import HFGenerator  # noqa: E402
+from engine.llm_engine import LLMEngine  # noqa: E402
+from rag.demo import ensure_demo_index  # noqa: E402
+from rag.pipeline import Pipeline  # noqa: E402
+from rag.retrieval.embed import Embedder  # noqa: E402
+from rag.settings import Settings  # noqa: E402
 
 SECTIONS = ("halueval", "metaqa_claims", "metaqa_answers", "end_to_end", "repetition")
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DEFAULT_DATA_DIR = ROOT.parent / "shared" / "data"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -43,13 +43,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from judgement import DEFAULT_L2, chains, default_policy, fmt, interval, load_answers  # noqa: E402
 
-from guards import ConfidenceModel  # noqa: E402
-from guards.confidence import judged_features  # noqa: E402
-from guards.judge import judge_logit  # noqa: E402
-from guards.registry import signal_directions  # noqa: E402
-from rag.eval.metrics import auroc  # noqa: E402
-from rag.eval.records import read_records  # noqa: E402
-from rag.eval.training import (  # noqa: E402
+from benchmarks.research.training import (  # noqa: E402
     FitOptions,
     LabelledAnswer,
     figures,
@@ -57,7 +51,13 @@ from rag.eval.training import (  # noqa: E402
     question_fold,
     rescore,
 )
-from rag.eval.training import Recorded as Seen  # noqa: E402
+from benchmarks.research.training import Recorded as Seen  # noqa: E402
+from guards import ConfidenceModel  # noqa: E402
+from guards.confidence import judged_features  # noqa: E402
+from guards.judge import judge_logit  # noqa: E402
+from guards.registry import signal_directions  # noqa: E402
+from rag.eval.metrics import auroc  # noqa: E402
+from rag.eval.records import read_records  # noqa: E402
 from rag.guarding import DATA, shipped_confidence_path  # noqa: E402
 
 NO_ANSWER_SETS = ("rgb_noise",)

@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.research.training import load_run  # noqa: E402
 from rag.eval.metrics import auroc, auroc_interval  # noqa: E402
-from rag.eval.training import load_run  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:

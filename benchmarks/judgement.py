@@ -26,12 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from guards import ConfidenceModel, GuardChain, KnowledgeGraph, Policy  # noqa: E402
-from guards.registry import GuardDeps, build_guards, signal_directions  # noqa: E402
-from rag.eval.judgement import repeats_wrong_answer  # noqa: E402
-from rag.eval.metrics import auroc  # noqa: E402
-from rag.eval.records import read_records  # noqa: E402
-from rag.eval.training import (  # noqa: E402
+from benchmarks.research.training import (  # noqa: E402
     EVERYTHING,
     FitOptions,
     LabelledAnswer,
@@ -44,6 +39,11 @@ from rag.eval.training import (  # noqa: E402
     selective_accuracy,
     signal_auroc,
 )
+from guards import ConfidenceModel, GuardChain, KnowledgeGraph, Policy  # noqa: E402
+from guards.registry import GuardDeps, build_guards, signal_directions  # noqa: E402
+from rag.eval.judgement import repeats_wrong_answer  # noqa: E402
+from rag.eval.metrics import auroc  # noqa: E402
+from rag.eval.records import read_records  # noqa: E402
 from rag.guarding import AnswerChecker  # noqa: E402
 from rag.settings import Settings  # noqa: E402
 

@@ -35,15 +35,15 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from judgement import DEFAULT_L2, chains, load_answers  # noqa: E402
 
-from guards.registry import signal_directions  # noqa: E402
-from rag.eval.metrics import auroc  # noqa: E402
-from rag.eval.training import (  # noqa: E402
+from benchmarks.research.training import (  # noqa: E402
     FitOptions,
     LabelledAnswer,
     leave_one_set_out,
     rescore,
 )
-from rag.eval.training import Recorded as Seen  # noqa: E402
+from benchmarks.research.training import Recorded as Seen  # noqa: E402
+from guards.registry import signal_directions  # noqa: E402
+from rag.eval.metrics import auroc  # noqa: E402
 
 SKIP_SETS = ("rgb_noise",)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rag.eval.archive import pack, unpack  # noqa: E402
+from benchmarks.research.archive import pack, unpack  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -46,6 +46,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.research.training import load_run  # noqa: E402
 from guards.confidence import ConfidenceModel, expected_calibration_error  # noqa: E402
 from guards.risk import (  # noqa: E402
     Calibrator,
@@ -59,7 +60,6 @@ from guards.risk import (  # noqa: E402
 )
 from guards.risk.calibrator import weighted_auroc  # noqa: E402
 from guards.risk.thresholds import certify_at_checkpoint  # noqa: E402
-from rag.eval.training import load_run  # noqa: E402
 from rag.guarding import shipped_confidence_path  # noqa: E402
 
 KS = (25, 50, 100, 200)

@@ -8,10 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from guards import GuardChain
-from guards.registry import GuardDeps, build_guards
-from rag.eval.items import EvalItem, write_items
-from rag.eval.training import (
+from benchmarks.research.training import (
     LabelledAnswer,
     cross_fit_by_question,
     leave_one_set_out,
@@ -20,6 +17,9 @@ from rag.eval.training import (
     rescore,
     selective_accuracy,
 )
+from guards import GuardChain
+from guards.registry import GuardDeps, build_guards
+from rag.eval.items import EvalItem, write_items
 
 PASSAGE = {"doc_id": "d", "chunk_id": "d#0", "score": 0.7, "text": "Kismet was released in 1944."}
 

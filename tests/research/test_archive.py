@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rag.eval.archive import pack, read_archive, unpack
+from benchmarks.research.archive import pack, read_archive, unpack
 from rag.eval.items import write_items
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"

@@ -22,11 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from engine import Generator
-from guards import ClaimCheck, ClaimVerdict, KnowledgeGraph, check_answer
-from rag.eval.datasets import MetaQAQuestion
-from rag.eval.end_to_end import ask_all
-from rag.eval.guard_sets import (
+from benchmarks.research.end_to_end import ask_all
+from benchmarks.research.guard_sets import (
     NOISE_KINDS,
     PARAPHRASES,
     SEED,
@@ -38,6 +35,9 @@ from rag.eval.guard_sets import (
     noisy,
     shuffled_questions,
 )
+from engine import Generator
+from guards import ClaimCheck, ClaimVerdict, KnowledgeGraph, check_answer
+from rag.eval.datasets import MetaQAQuestion
 from rag.eval.metrics import answer_matches, auroc
 from rag.guarding import AnswerChecker
 from rag.pipeline import Pipeline

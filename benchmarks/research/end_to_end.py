@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.research.crossfit import cross_fitted
+from benchmarks.research.guard_sets import SEED
 from engine import Generator
 from guards import Candidate, ConfidenceModel, expected_calibration_error
 from guards.repetition import LOOP_STOP_REASON
-from rag.eval.crossfit import cross_fitted
 from rag.eval.datasets import QADataset, load_hotpotqa, load_musique, load_pubmedqa
-from rag.eval.guard_sets import SEED
 from rag.eval.items import EvalItem
 from rag.eval.metrics import area_under_risk_coverage, auroc, risk_coverage
 from rag.eval.prepare import YES_NO_SUFFIX

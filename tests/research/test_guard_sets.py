@@ -1,4 +1,4 @@
-"""The guard benchmark's parts in ``rag.eval``: cross-fitting, the flag's F1, the claims built
+"""The guard benchmark's parts in ``benchmarks.research``: cross-fitting, the flag's F1, the claims built
 from MetaQA triples (noise, gold triples, the knowledge-graph check of them) and the loop label,
 on small hand-made data; the MetaQA sample on the shared data when it is present."""
 
@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from guards import ConfidenceModel, KnowledgeGraph
-from rag.eval.crossfit import cross_fitted, flag_f1, fold_of
-from rag.eval.datasets import MetaQAQuestion, load_metaqa_questions
-from rag.eval.end_to_end import dumped_finish_reason
-from rag.eval.guard_sets import (
+from benchmarks.research.crossfit import cross_fitted, flag_f1, fold_of
+from benchmarks.research.end_to_end import dumped_finish_reason
+from benchmarks.research.guard_sets import (
     NOISE_KINDS,
     PARAPHRASES,
     TEMPLATES,
@@ -24,7 +22,9 @@ from rag.eval.guard_sets import (
     noisy,
     shuffled_questions,
 )
-from rag.eval.metaqa_guard import ClaimCounts, check_triple, claim_figures
+from benchmarks.research.metaqa_guard import ClaimCounts, check_triple, claim_figures
+from guards import ConfidenceModel, KnowledgeGraph
+from rag.eval.datasets import MetaQAQuestion, load_metaqa_questions
 from rag.eval.movies import MOVIE_FUNCTIONAL_RELATIONS, MOVIE_RELATION_PHRASES
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"

@@ -3,8 +3,8 @@ the item's knowledge (grounding, repetition, answer-evidence alignment, the answ
 logprobs under the generator when the knowledge and question are its prompt).
 
 AUROC and F1 of the flag "this answer is hallucinated", for the prior and the shipped
-confidence and for one fitted by 2-fold cross-fitting (``rag.eval.crossfit``), against three
-baselines: answer length, lexical overlap with the knowledge, mean token logprob.
+confidence and for one fitted by 2-fold cross-fitting (``benchmarks.research.crossfit``),
+against three baselines: answer length, lexical overlap with the knowledge, mean token logprob.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks.research.crossfit import cross_fitted, flag_f1
 from engine.hf_generator import HFGenerator
 from guards import (
     Candidate,
@@ -34,7 +35,6 @@ from guards import (
 )
 from guards.alignment import AnswerEvidenceGuard
 from guards.text import content_words, overlap
-from rag.eval.crossfit import cross_fitted, flag_f1
 from rag.eval.datasets import HaluEvalItem, load_halueval
 from rag.eval.metrics import auroc, f1_score
 from rag.guarding import DEFAULT_CONFIDENCE_MODEL

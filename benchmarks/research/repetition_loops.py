@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks.research.guard_sets import LOOP_PROMPTS, loops_by_oracle
 from engine import Generator, SamplingParams
 from guards import Candidate, GuardContext, LoopStop, Outcome, RepetitionGuard
 from rag.demo import DEMO_QUESTIONS
-from rag.eval.guard_sets import LOOP_PROMPTS, loops_by_oracle
 from rag.pipeline import Pipeline
 
 MAX_TOKENS = 160
