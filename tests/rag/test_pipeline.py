@@ -172,8 +172,8 @@ def test_settings_choose_the_generator_backend() -> None:
 def test_every_answer_is_checked_and_decided(demo_pipeline: Pipeline) -> None:
     result = demo_pipeline.ask("What does a KV cache avoid recomputing?")
     names = {g.name for g in result.guard_results}
-    # every registered guard, the graph's included; the verifier only with RAGGUARD_VERIFIER
-    assert names == set(registered_guards()) - {"verifier"}
+    # every registered guard, the graph's included
+    assert names == set(registered_guards())
     assert result.samples and result.samples[0].text == result.answer
     assert result.verification is None  # self-verification is off by default
     assert result.decision == "answer" and result.confidence is not None
