@@ -64,11 +64,11 @@ def main() -> None:
 
         loaded.collections.get("demo", create=True).ingest(load_path(demo_collection_path()))
     variants = {
-        "bare": base.model_copy(update={"guards_enabled": False, "num_candidates": 1}),
-        "check": base.model_copy(update={"num_candidates": 1, "self_verification": False}),
-        "+ verify": base.model_copy(update={"num_candidates": 1, "self_verification": True}),
-        f"+ {args.samples} samples": base.model_copy(
-            update={"num_candidates": args.samples, "self_verification": False}
+        "bare": base.updated(**{"guards_enabled": False, "num_candidates": 1}),
+        "check": base.updated(**{"num_candidates": 1, "self_verification": False}),
+        "+ verify": base.updated(**{"num_candidates": 1, "self_verification": True}),
+        f"+ {args.samples} samples": base.updated(
+            **{"num_candidates": args.samples, "self_verification": False}
         ),
     }
     pipelines = {name: Pipeline(s, loaded.embedder, loaded.engine) for name, s in variants.items()}

@@ -116,7 +116,7 @@ def worker_load(args: argparse.Namespace) -> dict[str, Any]:
     requests = [(r[0], r[1]) for r in spec["requests"]]
     variant = args.worker_variant
     if variant.startswith("ours"):
-        from engine.llm_engine import LLMEngine
+        from engine import LLMEngine
 
         engine = LLMEngine(
             EngineConfig(
@@ -145,7 +145,7 @@ def worker_load(args: argparse.Namespace) -> dict[str, Any]:
         if graphs is not None:  # captures happen inside the timed run: say how long they took
             extra |= {"graphs_captured": len(graphs.shapes), "capture_s": graphs.capture_time_s}
     else:
-        from engine.hf_generator import HFGenerator
+        from engine import HFGenerator
 
         batch = 1 if variant == "hf-single" else int(variant.rsplit("-", 1)[1])
         subset = requests[: spec["hf_single_count"]] if batch == 1 else requests
@@ -314,9 +314,8 @@ def first_divergence(reference: list[int], other: list[int]) -> int:
 
 def bench_int8(stream: list[int], quick: bool) -> dict[str, Any]:
     """(f): fp32 (the CPU default), bf16 and int8 engines side by side in this process."""
-    from engine import EngineConfig, SamplingParams
+    from engine import EngineConfig, LLMEngine, SamplingParams
     from engine.layers.quantization import weight_bytes
-    from engine.llm_engine import LLMEngine
     from tests.engine.test_llm_engine import QUESTIONS
 
     def build(**extra: Any) -> LLMEngine:
@@ -413,8 +412,7 @@ def rag_answer_prompts(data_dir: Path, apply_template: Any, count: int) -> list[
 
 def bench_prompt_lookup(data_dir: Path, count: int) -> dict[str, Any]:
     """(g), one request at a time: answer time with and without prompt lookup (alternated)."""
-    from engine import EngineConfig, SamplingParams
-    from engine.llm_engine import LLMEngine
+    from engine import EngineConfig, LLMEngine, SamplingParams
 
     def build(**extra: Any) -> LLMEngine:
         return LLMEngine(EngineConfig(device=DEVICE, kv_cache_memory_bytes=256 << 20, **extra))
@@ -461,8 +459,7 @@ def bench_beam_search(engine: Any, count: int, max_tokens: int) -> dict[str, Any
     """(h): beam search k = 4 on the parity prompts, ours and transformers alternated."""
     import torch
 
-    from engine import EngineConfig, SamplingParams
-    from engine.hf_generator import HFGenerator
+    from engine import EngineConfig, HFGenerator, SamplingParams
     from tests.engine.test_llm_engine import QUESTIONS
 
     hf = HFGenerator(EngineConfig(device=DEVICE, dtype=engine.config.resolved_dtype()))
@@ -551,9 +548,7 @@ def main() -> None:
 
     import torch
 
-    from engine import EngineConfig, SamplingParams
-    from engine.hf_generator import HFGenerator
-    from engine.llm_engine import LLMEngine
+    from engine import EngineConfig, HFGenerator, LLMEngine, SamplingParams
 
     torch.manual_seed(SEED)
     q = args.quick

@@ -45,9 +45,7 @@ from benchmarks.research.guard_sets import SEED, load_movie_graph  # noqa: E402
 from benchmarks.research.halueval_pairs import run_halueval  # noqa: E402
 from benchmarks.research.metaqa_guard import run_metaqa_answers, run_metaqa_claims  # noqa: E402
 from benchmarks.research.repetition_loops import run_repetition  # noqa: E402
-from engine import EngineConfig  # noqa: E402
-from engine.hf_generator import HFGenerator  # noqa: E402
-from engine.llm_engine import LLMEngine  # noqa: E402
+from engine import EngineConfig, HFGenerator, LLMEngine  # noqa: E402
 from rag.demo import ensure_demo_index  # noqa: E402
 from rag.pipeline import Pipeline  # noqa: E402
 from rag.retrieval.embed import Embedder  # noqa: E402

@@ -42,8 +42,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
 
-    from engine import EngineConfig
-    from engine.llm_engine import LLMEngine
+    from engine import EngineConfig, LLMEngine
     from rag.judge import JUDGE_QUESTION, judge_messages, judged_passages
     from rag.verification import YesNoReader
 

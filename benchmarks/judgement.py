@@ -87,7 +87,7 @@ def chains(data_dir: Path) -> Any:
     from rag.retrieval.embed import Embedder
 
     settings = Settings()
-    embedder = Embedder(settings.embedding_model)
+    embedder = Embedder(settings.retrieval.embedding_model)
     graphs: dict[str, KnowledgeGraph | None] = {"default": AnswerChecker._load_graph(settings)}
     built: dict[str, GuardChain] = {}
 
@@ -279,7 +279,9 @@ def fit_report(
 def default_policy() -> Policy:
     """The policy with the default settings' thresholds."""
     settings = Settings()
-    return Policy(abstain_below=settings.abstain_below, review_below=settings.review_below)
+    return Policy(
+        abstain_below=settings.policy.abstain_below, review_below=settings.policy.review_below
+    )
 
 
 def policy_report(

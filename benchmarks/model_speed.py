@@ -70,8 +70,7 @@ def judge_conversation(data_dir: Path) -> list[dict[str, str]]:
 
 
 def worker(profile: str, variant: str, data_dir: Path, repeats: int) -> dict[str, object]:
-    from engine import EngineConfig, SamplingParams
-    from engine.llm_engine import LLMEngine
+    from engine import EngineConfig, LLMEngine, SamplingParams
 
     started = time.perf_counter()
     engine = LLMEngine(

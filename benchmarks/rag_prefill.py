@@ -89,8 +89,7 @@ def demo_stream() -> tuple[list[tuple[str, list[str]]], list[Any]]:
 
 def bench_stream(data_dir: Path, sessions: int, max_tokens: int) -> dict[str, Any]:
     """i1: the three engines on one stream of related questions."""
-    from engine import SamplingParams
-    from engine.llm_engine import LLMEngine
+    from engine import LLMEngine, SamplingParams
     from rag.eval.metrics import answer_matches
     from rag.prompt import PassageLayout, build_messages
     from rag.retrieval.collection import CollectionRegistry
@@ -105,18 +104,22 @@ def bench_stream(data_dir: Path, sessions: int, max_tokens: int) -> dict[str, An
         registry = CollectionRegistry(
             Path(tmp),
             Embedder(),
-            chunk_size=settings.chunk_size,
-            chunk_overlap=settings.chunk_overlap,
+            chunk_size=settings.retrieval.chunk_size,
+            chunk_overlap=settings.retrieval.chunk_overlap,
         )
         collection = registry.get("stream", create=True)
         collection.ingest(docs)
         retriever = CollectionRetriever(collection)
         retrieved = [
-            [p for p in retriever.retrieve(q, settings.top_k) if p.score >= settings.min_score]
+            [
+                p
+                for p in retriever.retrieve(q, settings.retrieval.top_k)
+                if p.score >= settings.retrieval.min_score
+            ]
             for q, _ in stream
         ]
         registry.close()
-    config = settings.engine_config()
+    config = settings.engine.engine_config()
     engines = {
         name: LLMEngine(replace(config, enable_prefix_caching=caching))
         for name, (_, caching) in VARIANTS.items()
@@ -178,8 +181,7 @@ def bench_prefill_roofline(data_dir: Path, lengths: list[int], repeats: int) -> 
     import torch.nn.functional as F
 
     from benchmarks.engine_speed import token_stream
-    from engine import SamplingParams
-    from engine.llm_engine import LLMEngine
+    from engine import LLMEngine, SamplingParams
     from rag.settings import Settings
 
     config = Settings(_env_file=None).engine_config()

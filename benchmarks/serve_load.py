@@ -329,7 +329,7 @@ def in_process(
 ) -> dict[str, Any]:
     """The K questions through ``Pipeline.ask_with``, then the saturated workload's prompts
     (retrieved and planned as the pipeline does) on the engine alone at concurrency C."""
-    from engine.client import generate_all
+    from engine import generate_all
     from rag.pipeline import Pipeline
     from rag.settings import Settings
     from rag.stages.generate import Plan
@@ -345,7 +345,9 @@ def in_process(
             times.append(time.perf_counter() - started)
         plans = []
         for question in workload:
-            passages = pipeline.retriever.run(question, s.index_name, s.top_k, s.min_score).passages
+            passages = pipeline.retriever.run(
+                question, s.retrieval.index_name, s.retrieval.top_k, s.retrieval.min_score
+            ).passages
             if passages:  # none: the server abstains without generating
                 plans.append(pipeline.generator.plan(question, passages, options))
 

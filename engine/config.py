@@ -24,7 +24,7 @@ class EngineConfig:
     """auto = bfloat16 on CUDA, float32 on CPU."""
     device: str = "auto"
     """auto = cuda when available, else cpu."""
-    max_num_seqs: int = 8
+    max_num_seqs: int = 32
     """Most sequences run together in one batch."""
     max_model_len: int | None = None
     """Context window; None takes the model's own."""

@@ -35,9 +35,9 @@ def builds_demo(settings: Settings) -> bool:
     """Whether loading with these settings builds the demo index when it is missing (never
     over indexes served read-only)."""
     return (
-        settings.build_demo_index
-        and not settings.read_only_indexes
-        and settings.index_name == DEMO_INDEX
+        settings.server.build_demo_index
+        and not settings.retrieval.read_only_indexes
+        and settings.retrieval.index_name == DEMO_INDEX
     )
 
 
@@ -57,12 +57,13 @@ def ensure_demo_index(collections: CollectionRegistry) -> bool:
 def check_index_exists(settings: Settings) -> None:
     """Fail at once, before any model loads, when the settings' index is not built (unless it
     is the demo index, built on first use)."""
-    if builds_demo(settings) or VectorIndex.exists(settings.index_dir / settings.index_name):
+    where = settings.retrieval
+    if builds_demo(settings) or VectorIndex.exists(where.index_dir / where.index_name):
         return
-    folder = settings.index_dir.resolve()
+    folder = where.index_dir.resolve()
     built = built_indexes(folder)
     raise IndexNotFoundError(
-        f"no index {settings.index_name!r} in {folder} (RAGGUARD_INDEX_DIR; relative to the "
+        f"no index {where.index_name!r} in {folder} (RAGGUARD_INDEX_DIR; relative to the "
         f"working directory); built there: {', '.join(built) or 'none'}. Build it with "
-        f"`ragguard ingest FOLDER --index {settings.index_name}`, or use index_name='demo'"
+        f"`ragguard ingest FOLDER --index {where.index_name}`, or use index_name='demo'"
     )

@@ -93,7 +93,7 @@ class AnswerChecker:
         graph = graph or self._load_graph(settings)
         deps = GuardDeps(embedder=embedder, graph=graph)
         try:
-            guards = build_guards(settings.guards, deps)
+            guards = build_guards(settings.guards.names, deps)
         except UnknownGuardError as exc:
             raise InvalidInputError(str(exc)) from exc
         self.chain = GuardChain(guards)
@@ -120,8 +120,8 @@ class AnswerChecker:
         """A policy threshold: the setting when it was given, else the one the shipped
         confidence of the generator's profile was fitted with (its ``notes``), else the
         setting's default. Thresholds belong to a confidence: a profile's differ."""
-        given: float = getattr(settings, name)
-        if name in settings.model_fields_set or settings.confidence_model is not None:
+        given: float = settings.get(name)
+        if settings.was_given(name) or settings.guards.confidence_model is not None:
             return given
         fitted = self.confidence.notes.get(name)
         return float(fitted) if isinstance(fitted, int | float) else given
@@ -130,12 +130,13 @@ class AnswerChecker:
     def _load_confidence(settings: Settings) -> ConfidenceModel:
         """The configured confidence model, else the shipped fitted default; the hand-set prior
         only when neither loads (a configured file that does not load is an error)."""
-        if settings.confidence_model is not None:
-            return ConfidenceModel.load(settings.confidence_model)
-        shipped = shipped_confidence_path(settings.model)
+        if settings.guards.confidence_model is not None:
+            return ConfidenceModel.load(settings.guards.confidence_model)
+        shipped = shipped_confidence_path(settings.engine.model)
         if not shipped.is_file():
             logger.warning(
-                "no confidence is fitted for model %s: using the SmolLM2 default", settings.model
+                "no confidence is fitted for model %s: using the SmolLM2 default",
+                settings.engine.model,
             )
             shipped = DEFAULT_CONFIDENCE_MODEL
         try:
@@ -152,9 +153,9 @@ class AnswerChecker:
     def _load_judged_confidence(settings: Settings) -> ConfidenceModel | None:
         """The second stage for judged answers: the configured file, else the profile's
         shipped one, else None (the judge's verdict is then shown but moves nothing)."""
-        if settings.judge_confidence_model is not None:
-            return ConfidenceModel.load(settings.judge_confidence_model)
-        shipped = shipped_confidence_path(settings.model, judged=True)
+        if settings.guards.judge_confidence_model is not None:
+            return ConfidenceModel.load(settings.guards.judge_confidence_model)
+        shipped = shipped_confidence_path(settings.engine.model, judged=True)
         if not shipped.is_file():
             return None
         try:
@@ -169,9 +170,9 @@ class AnswerChecker:
 
     @staticmethod
     def _load_graph(settings: Settings) -> KnowledgeGraph | None:
-        path = settings.knowledge_graph or DATA / "demo_kg.txt"
-        aliases = settings.knowledge_graph_aliases or (
-            DATA / "demo_kg_aliases.txt" if settings.knowledge_graph is None else None
+        path = settings.guards.knowledge_graph or DATA / "demo_kg.txt"
+        aliases = settings.guards.knowledge_graph_aliases or (
+            DATA / "demo_kg_aliases.txt" if settings.guards.knowledge_graph is None else None
         )
         if not path.is_file():
             logger.warning("knowledge graph %s not found: answers are not fact-checked", path)

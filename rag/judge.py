@@ -137,7 +137,7 @@ def build_judge(
                 f"the generator ({type(engine).__name__}) exposes no tokenizer, so it cannot "
                 "judge (set RAGGUARD_GENERATOR_TOKENIZER, or name a local RAGGUARD_JUDGE_MODEL)"
             )
-            if settings.judge_model:
+            if settings.guards.judge_model:
                 raise InvalidInputError(message)
             logger.warning("%s: the judge is off", message)
             return None, None
@@ -145,9 +145,9 @@ def build_judge(
         engine = judge_engine
     else:
         config = replace(
-            settings.engine_config(),
+            settings.engine.engine_config(),
             model=model,
-            quantization=settings.judge_quantization,
+            quantization=settings.guards.judge_quantization,
             speculative=None,
             max_model_len=None,
         )
@@ -157,7 +157,7 @@ def build_judge(
             raise type(exc)(f"{exc} [settings: RAGGUARD_JUDGE_MODEL]") from exc
     try:
         band = JudgeBand(*checker.judge_band(settings))
-        return Judge(engine, band=band, passages=settings.judge_passages), owned
+        return Judge(engine, band=band, passages=settings.guards.judge_passages), owned
     except ValueError as exc:
         if owned is not None:
             owned.shutdown()

@@ -117,12 +117,12 @@ class Pipeline:
         self.retriever = retriever
         self.collections = retriever.collections
         self.generator = GenerateStage(self.engine, settings)
-        if checker is None and settings.guards_enabled:
+        if checker is None and settings.guards.guards_enabled:
             checker = AnswerChecker(settings, embedder)
-        self.checker = checker if settings.guards_enabled else None
+        self.checker = checker if settings.guards.guards_enabled else None
         self.verifier = (
             SelfVerifier(self.engine, settings.effective_system_prompt())
-            if self.checker is not None and settings.self_verification
+            if self.checker is not None and settings.guards.self_verification
             else None
         )
         self._owned_judge_engine: EngineClient | None = None
@@ -167,18 +167,20 @@ class Pipeline:
         settings = settings or Settings()
         if require_index:
             demo.check_index_exists(settings)
-        if not settings.allow_hub:
+        if not settings.engine.allow_hub:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        config = settings.engine_config()
+        config = settings.engine.engine_config()
         embedder = Embedder(
-            settings.embedding_model, device=config.resolved_device(), allow_hub=settings.allow_hub
+            settings.retrieval.embedding_model,
+            device=config.resolved_device(),
+            allow_hub=settings.engine.allow_hub,
         )
         try:
             engine = build_engine_client(
                 config,
-                settings.generator_backend(serving=serving),
-                settings.remote_config(connect_in_background=serving),
+                settings.engine.generator_backend(serving=serving),
+                settings.engine.remote_config(connect_in_background=serving),
             )
         except (ModelNotFoundError, ModelLoadError) as exc:  # the engine names no setting
             raise type(exc)(
@@ -258,7 +260,7 @@ class Pipeline:
         ``degraded`` where it skipped something."""
         ask = self._start(question, options or AskOptions(), request_id)
         ask.degrade = degrade
-        timeout = ask.options.timeout_s or self.settings.request_timeout_s
+        timeout = ask.options.timeout_s or self.settings.server.request_timeout_s
         deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
         stages = self._stages(ask)
         try:
@@ -286,10 +288,10 @@ class Pipeline:
         question = question.strip()
         if not question:
             raise InvalidInputError("the question is empty")
-        if len(question) > s.max_question_chars:
+        if len(question) > s.server.max_question_chars:
             raise InvalidInputError(
                 f"the question has {len(question)} characters; "
-                f"at most {s.max_question_chars} are allowed"
+                f"at most {s.server.max_question_chars} are allowed"
             )
         if options.timeout_s is not None and not options.timeout_s > 0:
             raise InvalidInputError(f"timeout_s must be > 0, got {options.timeout_s}")
@@ -298,15 +300,15 @@ class Pipeline:
             question,
             options,
             request_id or uuid.uuid4().hex,
-            options.index or s.index_name,
+            options.index or s.retrieval.index_name,
             policy,
         )
 
     async def _stages(self, ask: _Ask) -> AsyncGenerator[AskEvent, None]:
         s, opts = self.settings, ask.options
-        top_k = s.top_k if opts.top_k is None else opts.top_k
-        min_score = s.min_score if opts.min_score is None else opts.min_score
-        mode = opts.retrieval or s.retrieval
+        top_k = s.retrieval.top_k if opts.top_k is None else opts.top_k
+        min_score = s.retrieval.min_score if opts.min_score is None else opts.min_score
+        mode = opts.retrieval or s.retrieval.mode
         logs.note(index=ask.index, top_k=top_k, min_score=min_score, retrieval=mode)
         since = time.perf_counter()
         retrieval = await asyncio.to_thread(

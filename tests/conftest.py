@@ -84,8 +84,8 @@ def index_demo(root: Path, embedder: Embedder) -> Path:
     registry = CollectionRegistry(
         root,
         embedder,
-        chunk_size=defaults.chunk_size,
-        chunk_overlap=defaults.chunk_overlap,
+        chunk_size=defaults.retrieval.chunk_size,
+        chunk_overlap=defaults.retrieval.chunk_overlap,
     )
     registry.get(DEMO_INDEX, create=True).ingest(load_path(demo_collection_path()))
     registry.close()
@@ -101,7 +101,7 @@ def demo_index_template(tmp_path_factory: pytest.TempPathFactory, embedder: Embe
 @pytest.fixture
 def demo_pipeline(pipeline: Pipeline, demo_index_template: Path) -> Pipeline:
     """A pipeline whose default index is a fresh copy of the demo collection."""
-    shutil.copytree(demo_index_template, pipeline.settings.index_dir / "demo")
+    shutil.copytree(demo_index_template, pipeline.settings.retrieval.index_dir / "demo")
     return pipeline
 
 
@@ -120,7 +120,7 @@ def fake_pipeline(settings: Settings, fake_demo_index_template: Path) -> Iterato
     from rag.pipeline import Pipeline
     from tests.fakes import HashingEmbedder, ScriptedGenerator
 
-    shutil.copytree(fake_demo_index_template, settings.index_dir / "demo")
+    shutil.copytree(fake_demo_index_template, settings.retrieval.index_dir / "demo")
     pipe = Pipeline(settings, HashingEmbedder(), ScriptedGenerator())
     yield pipe
     pipe.close()

@@ -5,18 +5,17 @@ really reads, and the hand-written pages name no variable that is not a setting.
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 import sys
+import typing
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-from pydantic import AliasChoices, BaseModel, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rag.settings import Settings
+from rag.settings.sources import GROUPS
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOK = ROOT / "docs" / "hooks" / "settings_ref.py"
@@ -38,99 +37,81 @@ def _load_hook() -> ModuleType:
 ref = _load_hook()
 
 
-def _field_paths(model: type[BaseModel], path: str = "") -> list[str]:
-    """Every field of ``model``, nested groups' fields by their dotted path."""
-    paths = []
-    for name, info in model.model_fields.items():
-        dotted = f"{path}.{name}" if path else name
-        paths.append(dotted)
-        sub = ref._model_of(info.annotation)
-        if sub is not None:
-            paths += _field_paths(sub, dotted)
-    return paths
-
-
-def _get(obj: Any, path: str) -> Any:
-    for part in path.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def test_every_setting_has_a_row_with_its_variable_and_description() -> None:
     rows = {row.path: row for row in ref.rows()}
-    assert set(_field_paths(Settings)) == set(rows)
+    assert set(rows) == {
+        f"{group}.{field}" for group, model in GROUPS.items() for field in model.model_fields
+    }
     page = ref.render()
     for path, row in rows.items():
+        group, field = path.split(".")
         assert row.env.startswith("RAGGUARD_") and f"`{row.env}`" in page, path
-        description = Settings.model_fields[path].description if "." not in path else None
+        assert f"## `{group}`" in page
+        description = GROUPS[group].model_fields[field].description
         if description:
             assert ref._cell(description) in page, path
 
 
 def test_the_reference_shows_type_default_bounds_and_old_names() -> None:
     rows = {row.path: row for row in ref.rows()}
-    seqs = rows["max_num_seqs"]
+    seqs = rows["engine.max_num_seqs"]
     assert (seqs.env, seqs.other_env) == ("RAGGUARD_MAX_NUM_SEQS", ["RAGGUARD_MAX_BATCH_SIZE"])
     assert seqs.type == "int, 1 ≤ x ≤ 1024" and seqs.default == "`32`"
-    assert rows["top_k"].default == "`4`"
-    assert rows["model"].default == "empty" and "(optional)" in rows["model"].type
+    assert rows["retrieval.top_k"].default == "`4`"
+    assert rows["engine.model"].default == "empty" and "(optional)" in rows["engine.model"].type
+    assert rows["retrieval.mode"].env == "RAGGUARD_RETRIEVAL"
 
 
-class _Engine(BaseModel):
-    """The engine's group."""
-
-    model: str = Field("m", description="the model")
-    old_name: str = Field("o", validation_alias=AliasChoices("old_name", "legacy"))
-
-
-class _Server(BaseSettings):
-    """A group that reads its own variables."""
-
-    model_config = SettingsConfigDict(env_prefix="RGS_")
-    host: str = "h"
-
-
-class _Nested(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="RG_", env_nested_delimiter="__")
-    plain: str = "p"
-    renamed: str = Field("r", validation_alias=AliasChoices("RG_RENAMED", "RG_OLD_RENAMED"))
-    engine: _Engine = Field(default_factory=_Engine)
-    server: _Server = Field(default_factory=_Server)
+def _sample(info: Any) -> tuple[str, Any]:
+    """A valid non-default value of a setting, as its variable is written, and as read."""
+    annotation = str(info.annotation)
+    default = info.get_default(call_default_factory=True)
+    if "bool" in annotation:
+        return ("false" if default else "true"), not default
+    if "Literal" in annotation:
+        choices = [c for c in typing.get_args(_plain(info.annotation)) if c != default]
+        if choices:
+            return str(choices[0]), choices[0]
+    return "", None  # the value's text is checked by the type tests
 
 
-class _Json(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="RG_")
-    engine: _Engine = Field(default_factory=_Engine)
+def _plain(annotation: Any) -> Any:
+    for arg in typing.get_args(annotation) or (annotation,):
+        if typing.get_origin(arg) is typing.Literal:
+            return arg
+    return annotation
 
 
-@pytest.mark.parametrize("settings", [_Nested, _Json])
-def test_each_name_in_the_reference_is_read_by_pydantic_settings(
-    settings: type[BaseSettings], monkeypatch: pytest.MonkeyPatch
+def test_each_variable_in_the_reference_is_read_into_its_setting(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    rows = [row for row in ref.rows(settings) if row.type == "str"]
-    assert {row.path for row in rows} == {
-        path for path in _field_paths(settings) if path not in ("engine", "server")
-    }
-    for row in rows:
+    """Every documented and old name of every switch and choice sets that setting (and a few
+    numbers and a JSON list), read from the environment as the server reads it."""
+    checked = 0
+    for row in ref.rows():
+        group, field = row.path.split(".")
+        info = GROUPS[group].model_fields[field]
+        text, value = _sample(info)
+        if not text:
+            continue
         for env in [row.env, *row.other_env]:
-            value = f"set-by-{env}"
-            if "→" in env:  # a key of a JSON variable
-                variable, key = re.findall(r"`([^`]+)`", env)
-                monkeypatch.setenv(variable, json.dumps({key: value}))
-            else:
-                variable = env
-                monkeypatch.setenv(variable, value)
-            assert _get(settings(_env_file=None), row.path) == value, env
-            monkeypatch.delenv(variable)
-
-
-def test_nested_groups_get_sections_of_their_own() -> None:
-    page = ref.render(_Nested)
-    assert "## `engine`" in page and "The engine's group." in page
-    assert (
-        "`RG_ENGINE__MODEL`" in page and "`RG_ENGINE__OLD_NAME` (also `RG_ENGINE__LEGACY`)" in page
-    )
-    assert "`RGS_HOST`" in page and "`RG_RENAMED` (also `RG_OLD_RENAMED`)" in page
+            monkeypatch.setenv(env, text)
+            settings = Settings(_env_file=None)
+            assert getattr(getattr(settings, group), field) == value, env
+            monkeypatch.delenv(env)
+            checked += 1
+    assert checked > 10
+    for env, path, text, value in [
+        ("RAGGUARD_TOP_K", "retrieval.top_k", "9", 9),
+        ("RAGGUARD_MAX_BATCH_SIZE", "engine.max_num_seqs", "5", 5),
+        ("RAGGUARD_MODEL_CACHE_DIR", "engine.cache_dir", "/tmp/x", Path("/tmp/x")),
+        ("RAGGUARD_GUARDS", "guards.names", '["repetition"]', ["repetition"]),
+        ("RAGGUARD_AUDIT_RATES", "policy.audit_rates", '{"docs": 0.5}', {"docs": 0.5}),
+    ]:
+        monkeypatch.setenv(env, text)
+        group, field = path.split(".")
+        assert getattr(getattr(Settings(_env_file=None), group), field) == value, env
+        monkeypatch.delenv(env)
 
 
 def test_the_pages_name_only_variables_that_are_settings() -> None:

@@ -48,10 +48,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     # Read the files first: a wrong path fails at once, before a model loads or an index is made.
     documents = [doc for path in args.paths for doc in load_path(Path(path))]
-    device = EngineConfig(device=settings.device).resolved_device()
-    embedder = Embedder(settings.embedding_model, device=device, allow_hub=settings.allow_hub)
+    device = EngineConfig(device=settings.engine.device).resolved_device()
+    embedder = Embedder(
+        settings.retrieval.embedding_model, device=device, allow_hub=settings.engine.allow_hub
+    )
     registry = CollectionRegistry.from_settings(settings, embedder)
-    collection = registry.get(settings.index_name, create=True)
+    collection = registry.get(settings.retrieval.index_name, create=True)
     report = collection.ingest(documents, show_progress=not args.quiet)
     info = collection.info()
     out(
@@ -123,11 +125,12 @@ def cmd_ask(args: argparse.Namespace) -> int:
         from rag.retrieval.index import VectorIndex
 
         settings = _settings(args)
-        path = settings.index_dir / check_index_name(settings.index_name)
+        where = settings.retrieval
+        path = where.index_dir / check_index_name(where.index_name)
         if not VectorIndex.exists(path):  # say so before spending seconds loading the model
             raise IndexNotFoundError(
-                f"index {settings.index_name!r} does not exist under {settings.index_dir}: "
-                f"build it with `ragguard ingest PATH --index {settings.index_name}`"
+                f"index {where.index_name!r} does not exist under {where.index_dir}: "
+                f"build it with `ragguard ingest PATH --index {where.index_name}`"
             )
         pipeline = Pipeline.from_settings(settings)
         try:
@@ -174,15 +177,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ray_engine_replicas=args.engine_replicas,
         ray_autoscale_max_replicas=args.autoscale_max_replicas,
     )
-    logs.configure(settings.log_level, settings.log_format)
-    keys = KeyStore(settings.keys_location(), settings.api_keys)
+    logs.configure(settings.logging.log_level, settings.logging.log_format)
+    keys = KeyStore(settings.keys_location(), settings.server.api_keys)
     try:
-        protection = check_bind(settings.host, keys)  # refuses beyond loopback without keys
+        protection = check_bind(settings.server.host, keys)  # refuses beyond loopback without keys
     finally:
         keys.close()
     note(
-        f"ragguard: serving index {settings.index_name!r} "
-        f"on http://{settings.host}:{settings.port} ({protection}; "
+        f"ragguard: serving index {settings.retrieval.index_name!r} "
+        f"on http://{settings.server.host}:{settings.server.port} ({protection}; "
         f"docs at /docs, reviewers at /review; the model loads in the background, see /readyz)"
     )
     if args.ray:
@@ -192,14 +195,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 0
     uvicorn.run(
         create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
+        host=settings.server.host,
+        port=settings.server.port,
+        log_level=settings.logging.log_level,
         log_config=None,  # uvicorn's records go through ours (logs.configure)
         access_log=False,  # the app logs each request itself (rag.server.request_log)
         # On SIGTERM: stop accepting, let in-flight questions finish for up to the grace period
         # (streams are cancelled at its end: rag.server.streaming), then stop.
-        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s) + 2,
+        timeout_graceful_shutdown=math.ceil(settings.server.shutdown_grace_s) + 2,
     )
     return 0
 
@@ -213,21 +216,23 @@ def cmd_index(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     if args.action == "list":
-        root = settings.index_dir
+        root = settings.retrieval.index_dir
         names = (
             sorted(p.name for p in root.iterdir() if VectorIndex.exists(p)) if root.is_dir() else []
         )
         out("\n".join(names) if names else f"no indexes under {root}")
         return 0
-    name = check_index_name(args.name or settings.index_name)
-    path = settings.index_dir / name
+    name = check_index_name(args.name or settings.retrieval.index_name)
+    path = settings.retrieval.index_dir / name
     if args.action == "info":
         index = VectorIndex.open(path)
         out(json.dumps(asdict(index.info()), indent=2))
         index.close()
         return 0
     if not VectorIndex.exists(path):
-        raise IndexNotFoundError(f"index {name!r} does not exist under {settings.index_dir}")
+        raise IndexNotFoundError(
+            f"index {name!r} does not exist under {settings.retrieval.index_dir}"
+        )
     if not args.yes:
         answer = input(f"Delete index {name!r} at {path}? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
@@ -327,12 +332,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_index)
 
     from rag.cli.calibrate import add_parsers as add_calibrate_parsers
+    from rag.cli.config import add_parsers as add_config_parsers
     from rag.cli.eval import add_parsers as add_eval_parsers
     from rag.cli.review import add_parsers
 
     add_parsers(sub)
     add_calibrate_parsers(sub)
     add_eval_parsers(sub)
+    add_config_parsers(sub)
     return parser
 
 

@@ -227,7 +227,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
     from rag.settings import Settings
 
     settings = Settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
-    keys = KeyStore(settings.keys_location(), settings.api_keys)
+    keys = KeyStore(settings.keys_location(), settings.server.api_keys)
     try:
         if args.action == "create":
             key = keys.create(args.name, Role(args.role))

@@ -69,11 +69,11 @@ def load_config(path: Path) -> EvalConfig:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise InvalidInputError(f"{path}: invalid TOML ({exc})") from exc
-    unknown = sorted(set(data) - set(Settings.model_fields))
+    known = Settings(_env_file=None).flat()
+    unknown = sorted(set(data) - set(known))
     if unknown:
         raise InvalidInputError(
-            f"{path}: unknown setting(s) {', '.join(unknown)}; "
-            f"known: {', '.join(sorted(Settings.model_fields))}"
+            f"{path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
         )
     return EvalConfig(path.stem, data)
 
@@ -90,8 +90,8 @@ def load_configs(paths: list[Path]) -> list[EvalConfig]:
 
 
 def engine_key(settings: Settings) -> tuple[Any, ...]:
-    return tuple(getattr(settings, name) for name in ENGINE_FIELDS)
+    return tuple(settings.get(name) for name in ENGINE_FIELDS)
 
 
 def embedder_key(settings: Settings) -> tuple[Any, ...]:
-    return tuple(getattr(settings, name) for name in EMBEDDER_FIELDS)
+    return tuple(settings.get(name) for name in EMBEDDER_FIELDS)

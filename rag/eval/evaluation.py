@@ -40,7 +40,9 @@ from rag.settings import Settings
 
 logger = logging.getLogger(__name__)
 PACKAGES = ("ragguard", "torch", "transformers", "sentence-transformers", "numpy", "faiss-cpu")
-HIDDEN_SETTINGS = frozenset({"review_db", "api_keys", "data_dir", "host", "port", "log_level"})
+HIDDEN_SETTINGS = frozenset(
+    {"review_db", "keys_db", "api_keys", "data_dir", "host", "port", "log_level"}
+)
 """Not reported: credentials may hide in a database URL, and the rest is not about answers."""
 
 
@@ -79,23 +81,23 @@ class _Models:
         )
         if embedder is None and embedder_at not in self.loaded:
             self._evict("embedder")
-            config = settings.engine_config()
+            config = settings.engine.engine_config()
             self.loaded[embedder_at] = Embedder(
-                settings.embedding_model,
+                settings.retrieval.embedding_model,
                 device=config.resolved_device(),
-                allow_hub=settings.allow_hub,
+                allow_hub=settings.engine.allow_hub,
             )
         if generator is None and engine_at not in self.loaded:
             self._evict("generator")  # one of each at a time: models are large
             self.loaded[engine_at] = build_engine_client(
-                settings.engine_config(), settings.generator_backend(), settings.remote_config()
+                settings.engine.engine_config(),
+                settings.engine.generator_backend(),
+                settings.engine.remote_config(),
             )
         # An evaluation measures the model on every item: never an answer cached by an earlier
         # run (or by an earlier item asking the same question). Nor does it put its answers in
         # front of reviewers as audit items.
-        settings = settings.model_copy(
-            update={"answer_cache_ttl_s": 0.0, "audit_rate": 0.0, "audit_rates": {}}
-        )
+        settings = settings.updated(answer_cache_ttl_s=0.0, audit_rate=0.0, audit_rates={})
         return Pipeline(
             settings, embedder or self.loaded[embedder_at], generator or self.loaded[engine_at]
         )
@@ -156,7 +158,7 @@ class Evaluation:
         if not self.needs_index:
             return None
         name = config.overrides.get("index_name") or self.base.get("index_name")
-        return check_index_name(name or Settings(**self.base).index_name)
+        return check_index_name(name or Settings(**self.base).retrieval.index_name)
 
     def check(self, configs: list[EvalConfig]) -> None:
         """Before any model loads: every configuration's settings and policy are valid, and a
@@ -164,15 +166,18 @@ class Evaluation:
         for config in configs:
             settings = config.settings(self.base)
             try:
-                Policy(abstain_below=settings.abstain_below, review_below=settings.review_below)
+                Policy(
+                    abstain_below=settings.policy.abstain_below,
+                    review_below=settings.policy.review_below,
+                )
             except ValueError as exc:
                 raise InvalidInputError(f"configuration {config.name}: {exc}") from exc
             name = self.index_of(config)
             if self.source.prepared is not None or name is None:
                 continue
-            if not VectorIndex.exists(settings.index_dir / name):
+            if not VectorIndex.exists(settings.retrieval.index_dir / name):
                 raise IndexNotFoundError(
-                    f"index {name!r} does not exist under {settings.index_dir}: build it "
+                    f"index {name!r} does not exist under {settings.retrieval.index_dir}: build it "
                     f"with `ragguard ingest PATH --index {name}` (the documents the "
                     "questions are about), or pass --index NAME of an existing one"
                 )
@@ -230,7 +235,7 @@ class Evaluation:
         prepared = self.source.prepared
         if prepared is not None and index_name and prepared.documents:
             _build_index(pipeline, index_name, prepared, self.say, self.options.show_progress)
-        if prepared and prepared.load_graph and settings.guards_enabled:
+        if prepared and prepared.load_graph and settings.guards.guards_enabled:
             self.graph = self.graph or prepared.load_graph()
             _check_against(pipeline, settings, self.graph)
         if index_name is None:
@@ -323,14 +328,14 @@ def evaluate(
 
 def _check_against(pipeline: Any, settings: Settings, graph: Any) -> None:
     """Check answers against the data set's own graph, unless the settings name another."""
-    if settings.knowledge_graph is None:
+    if settings.guards.knowledge_graph is None:
         from rag.guarding import AnswerChecker
 
         pipeline.checker = AnswerChecker(settings, pipeline.embedder, graph=graph)
 
 
 def _visible(settings: Settings) -> dict[str, Any]:
-    return {k: v for k, v in settings.model_dump(mode="json").items() if k not in HIDDEN_SETTINGS}
+    return {k: v for k, v in settings.flat(mode="json").items() if k not in HIDDEN_SETTINGS}
 
 
 def _build_index(

@@ -171,8 +171,8 @@ class Runner:
         return record
 
     def _retrieve(self, question: str, top_k: int) -> list[Passage]:
-        name = self.index_name or self.pipeline.settings.index_name
-        mode = self.pipeline.settings.retrieval
+        name = self.index_name or self.pipeline.settings.retrieval.index_name
+        mode = self.pipeline.settings.retrieval.mode
         return self.pipeline.retriever.run(question, name, top_k, -1.0, mode).ranked
 
     def _generate(self, item: EvalItem) -> dict[str, Any]:
@@ -219,7 +219,7 @@ class Runner:
         started = time.perf_counter()
         passages = [
             Passage(f"given-{j}", f"given-{j}", text, 1.0) for j, text in enumerate(item.passages)
-        ] or self._retrieve(item.question, self.pipeline.settings.top_k)
+        ] or self._retrieve(item.question, self.pipeline.settings.retrieval.top_k)
         record: dict[str, Any] = {
             "answer": item.answer,
             "declined": False,

@@ -76,9 +76,9 @@ class CommitPolicy:
     @classmethod
     def from_settings(cls, settings: Settings) -> CommitPolicy:
         return cls(
-            settings.ingest_group_chunks,
-            settings.ingest_group_s,
-            settings.ingest_max_commit_share,
+            settings.retrieval.ingest_group_chunks,
+            settings.retrieval.ingest_group_s,
+            settings.retrieval.ingest_max_commit_share,
         )
 
     def is_due(self, num_chunks: int, embed_s: float, last_commit_s: float) -> bool:
@@ -260,14 +260,14 @@ class CollectionRegistry:
     def from_settings(cls, settings: Settings, embedder: Embedder) -> CollectionRegistry:
         """The registry of ``settings.index_dir``, building new indexes as the settings say."""
         return cls(
-            settings.index_dir,
+            settings.retrieval.index_dir,
             embedder,
-            index_type=settings.index_type,
-            chunk_size=settings.chunk_size,
-            chunk_overlap=settings.chunk_overlap,
-            embed_batch_size=settings.embed_batch_size,
+            index_type=settings.retrieval.index_type,
+            chunk_size=settings.retrieval.chunk_size,
+            chunk_overlap=settings.retrieval.chunk_overlap,
+            embed_batch_size=settings.retrieval.embed_batch_size,
             commit_policy=CommitPolicy.from_settings(settings),
-            read_only=settings.read_only_indexes,
+            read_only=settings.retrieval.read_only_indexes,
         )
 
     def names(self) -> list[str]:

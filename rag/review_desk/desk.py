@@ -17,20 +17,20 @@ logger = logging.getLogger(__name__)
 def open_review_store(settings: Settings) -> ReviewStore:
     """The store named by ``review_db`` (default ``data_dir/reviews.sqlite``)."""
     store = ReviewStore(
-        settings.review_db or settings.data_dir / "reviews.sqlite",
-        claim_ttl_s=settings.review_claim_ttl_s,
-        sla_s=settings.review_sla_s,
-        gold_rate=settings.review_gold_rate,
-        min_ratings=settings.review_min_ratings,
+        settings.review.review_db or settings.review.data_dir / "reviews.sqlite",
+        claim_ttl_s=settings.review.review_claim_ttl_s,
+        sla_s=settings.review.review_sla_s,
+        gold_rate=settings.review.review_gold_rate,
+        min_ratings=settings.review.review_min_ratings,
     )
-    if settings.review_gold_file is not None:
+    if settings.review.review_gold_file is not None:
         load_gold_file(store, settings)
     return store
 
 
 def load_gold_file(store: ReviewStore, settings: Settings) -> int:
     """Add the gold items of the JSONL file (``{"question", "answer", "correct"}`` per line)."""
-    path = settings.review_gold_file
+    path = settings.review.review_gold_file
     assert path is not None
     count = 0
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):

@@ -35,13 +35,13 @@ logger = logging.getLogger(__name__)
 def profile_of(settings: Settings) -> str:
     """The generator profile labels are kept under: a profile name, else the model's file name
     (a remote generator: its model name)."""
-    if settings.generator == "openai":
-        return f"openai:{settings.generator_model or 'default'}"
-    if settings.model is None:
+    if settings.engine.generator == "openai":
+        return f"openai:{settings.engine.generator_model or 'default'}"
+    if settings.engine.model is None:
         return DEFAULT_PROFILE
-    if settings.model in PROFILES:
-        return settings.model
-    return Path(settings.model).name
+    if settings.engine.model in PROFILES:
+        return settings.engine.model
+    return Path(settings.engine.model).name
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +117,16 @@ class RiskControl:
         self.settings = settings
         self.profile = profile_of(settings)
         self.target = (
-            RiskTarget(settings.target_risk, settings.risk_confidence, RiskMode(settings.risk_mode))
-            if settings.target_risk is not None
+            RiskTarget(
+                settings.policy.target_risk,
+                settings.policy.risk_confidence,
+                RiskMode(settings.policy.risk_mode),
+            )
+            if settings.policy.target_risk is not None
             else None
         )
         self.calibrator = Calibrator()
-        self._rng = random.Random(settings.audit_seed)
+        self._rng = random.Random(settings.policy.audit_seed)
         self._cache: dict[str, CollectionRisk] = {}
         self._lock = threading.Lock()
         self._refits: dict[str, Future[RefitReport | None]] = {}
@@ -135,7 +139,7 @@ class RiskControl:
         with self._lock:
             cached = self._cache.get(index)
         fresh_enough = cached is not None and (
-            now - cached.read_at < self.settings.calibration_refresh_s
+            now - cached.read_at < self.settings.policy.calibration_refresh_s
         )
         if cached is not None and fresh_enough and not fresh:
             return cached
@@ -146,7 +150,7 @@ class RiskControl:
         return state
 
     def audit_rate(self, index: str) -> float:
-        return self.settings.audit_rates.get(index, self.settings.audit_rate)
+        return self.settings.policy.audit_rates.get(index, self.settings.policy.audit_rate)
 
     def _read(self, index: str, now: float) -> CollectionRisk:
         version = self.store.calibrations.in_force(index, self.profile)
@@ -227,7 +231,7 @@ class RiskControl:
 
     # ---------------------------------------------------------------- refits
     def _maybe_refit(self, state: CollectionRisk) -> None:
-        every = self.settings.calibrate_every
+        every = self.settings.policy.calibrate_every
         if self._executor is None or every <= 0:
             return
         if state.counts.reviewed - state.refit_from < every:

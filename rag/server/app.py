@@ -133,11 +133,11 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         s = state.settings
-        if s.worker_threads is not None:  # what asyncio.to_thread runs the stages' work in
+        if s.server.worker_threads is not None:  # what asyncio.to_thread runs the stages' work in
             asyncio.get_running_loop().set_default_executor(
-                ThreadPoolExecutor(s.worker_threads, thread_name_prefix="ragguard-worker")
+                ThreadPoolExecutor(s.server.worker_threads, thread_name_prefix="ragguard-worker")
             )
-        state.keys = KeyStore(s.keys_location(), s.api_keys)
+        state.keys = KeyStore(s.keys_location(), s.server.api_keys)
         log_protection(state.keys)  # a loud warning when authentication is off
         # Reviewers can work while the model loads: the queue does not need it.
         own_reviews = None if pipeline else await run_in_threadpool(open_review_store, s)
@@ -153,8 +153,10 @@ def create_app(
             lag_monitor.cancel()
             if task is not None:
                 task.cancel()
-            if not await state.admission.drain(s.shutdown_grace_s):
-                logger.warning("shutdown: questions still at work after %.0f s", s.shutdown_grace_s)
+            if not await state.admission.drain(s.server.shutdown_grace_s):
+                logger.warning(
+                    "shutdown: questions still at work after %.0f s", s.server.shutdown_grace_s
+                )
             if state.pipeline is not None and (pipeline is None or owns_pipeline):
                 await run_in_threadpool(state.pipeline.close)
             if own_reviews is not None:
@@ -175,7 +177,9 @@ def create_app(
 
     # Outermost: every request gets its id and one log record, errors and 404s included.
     app.add_middleware(
-        RequestLog, log_text=state.settings.log_text, resources=state.telemetry.resource_fields
+        RequestLog,
+        log_text=state.settings.logging.log_text,
+        resources=state.telemetry.resource_fields,
     )
 
     app.include_router(health.router)

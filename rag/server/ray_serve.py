@@ -72,9 +72,9 @@ class EngineReplica:
     def __init__(self, settings: dict[str, Any]):
         self.settings = Settings(**settings, _env_file=None)
         self.engine = build_engine_client(
-            self.settings.engine_config(),
-            self.settings.generator_backend(),
-            self.settings.remote_config(),
+            self.settings.engine.engine_config(),
+            self.settings.engine.generator_backend(),
+            self.settings.engine.remote_config(),
         )
 
     def describe(self) -> dict[str, Any]:
@@ -167,8 +167,8 @@ def build_api_app(settings: dict[str, Any], handle: Any, info: dict[str, Any]) -
     from rag.server import create_app
 
     s = Settings(**settings, _env_file=None)
-    device = s.engine_config().resolved_device()
-    embedder = Embedder(s.embedding_model, device=device, allow_hub=s.allow_hub)
+    device = s.engine.engine_config().resolved_device()
+    embedder = Embedder(s.retrieval.embedding_model, device=device, allow_hub=s.engine.allow_hub)
     pipeline = Pipeline(s, embedder, RayEngineClient(handle, info))
     app = create_app(s, pipeline=pipeline, owns_pipeline=True)  # closed when Serve stops it
     name = _replica_name()
@@ -199,38 +199,36 @@ def build_application(settings: Settings) -> Any:
     serve = _import_serve()
     # Settings travel to the replicas as values (environment variables need not reach them).
     # Paths are made absolute: a replica's working directory is not the driver's.
-    values = settings.model_dump(mode="json", exclude_none=True)
-    for key, value in settings.model_dump(exclude_none=True).items():
+    values = settings.flat(mode="json")
+    for key, value in settings.flat().items():
         if isinstance(value, Path):
             values[key] = str(value.expanduser().resolve())
-    if settings.generator_api_key is not None:
-        values["generator_api_key"] = settings.generator_api_key.get_secret_value()
-    if settings.judge_quantization is None:  # dropped above, and its default is int8
-        values["judge_quantization"] = "none"
-    gpus = 1.0 if settings.engine_config().resolved_device().startswith("cuda") else 0.0
+    if settings.engine.generator_api_key is not None:
+        values["generator_api_key"] = settings.engine.generator_api_key.get_secret_value()
+    gpus = 1.0 if settings.engine.engine_config().resolved_device().startswith("cuda") else 0.0
     engine = serve.deployment(
         EngineReplica,
         name=ENGINE_DEPLOYMENT,
-        num_replicas=settings.ray_engine_replicas,
-        ray_actor_options={"num_cpus": settings.ray_cpus_per_replica, "num_gpus": gpus},
-        max_ongoing_requests=max(8, settings.max_num_seqs * 4),
+        num_replicas=settings.server.ray_engine_replicas,
+        ray_actor_options={"num_cpus": settings.server.ray_cpus_per_replica, "num_gpus": gpus},
+        max_ongoing_requests=max(8, settings.engine.max_num_seqs * 4),
         health_check_period_s=10,
     )
     scaling: dict[str, Any] = {}
-    if settings.ray_autoscale_max_replicas is not None:
+    if settings.server.ray_autoscale_max_replicas is not None:
         scaling["autoscaling_config"] = {
-            "min_replicas": settings.ray_api_replicas,
-            "max_replicas": settings.ray_autoscale_max_replicas,
-            "target_ongoing_requests": settings.ray_target_ongoing_requests,
+            "min_replicas": settings.server.ray_api_replicas,
+            "max_replicas": settings.server.ray_autoscale_max_replicas,
+            "target_ongoing_requests": settings.server.ray_target_ongoing_requests,
         }
     else:
-        scaling["num_replicas"] = settings.ray_api_replicas
+        scaling["num_replicas"] = settings.server.ray_api_replicas
 
     api = serve.deployment(
         serve.ingress()(ApiReplica),
         name=API_DEPLOYMENT,
-        ray_actor_options={"num_cpus": settings.ray_cpus_per_replica},
-        max_ongoing_requests=settings.max_concurrent_questions * 4,
+        ray_actor_options={"num_cpus": settings.server.ray_cpus_per_replica},
+        max_ongoing_requests=settings.server.max_concurrent_questions * 4,
         **scaling,
     )
     # API replicas read the index; it is written where it is built (`ragguard ingest`).
@@ -248,15 +246,19 @@ def serve_with_ray(settings: Settings) -> None:
 
     serve = _import_serve()
     if demo.builds_demo(settings):  # once, here, rather than racing in every API replica
-        registry = CollectionRegistry.from_settings(settings, Embedder(settings.embedding_model))
+        registry = CollectionRegistry.from_settings(
+            settings, Embedder(settings.retrieval.embedding_model)
+        )
         try:
             demo.ensure_demo_index(registry)
         finally:
             registry.close()
-    ray.init(address=settings.ray_address, include_dashboard=False, ignore_reinit_error=True)
-    serve.start(http_options={"host": settings.host, "port": settings.port})
+    ray.init(address=settings.server.ray_address, include_dashboard=False, ignore_reinit_error=True)
+    serve.start(http_options={"host": settings.server.host, "port": settings.server.port})
     serve.run(build_application(settings), name=APP_NAME, route_prefix="/")
-    logger.info("ray serve: ragguard ready on http://%s:%d", settings.host, settings.port)
+    logger.info(
+        "ray serve: ragguard ready on http://%s:%d", settings.server.host, settings.server.port
+    )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

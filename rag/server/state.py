@@ -37,14 +37,16 @@ class ServerState:
     degrader: Degrader = field(init=False)
 
     def __post_init__(self) -> None:
-        self.degrader = Degrader(self.settings.degrade_waiting, self.settings.degrade_queue_s)
+        self.degrader = Degrader(
+            self.settings.server.degrade_waiting, self.settings.server.degrade_queue_s
+        )
         self.admission = Admission(
-            self.settings.max_concurrent_questions,
-            self.settings.max_waiting_questions,
+            self.settings.server.max_concurrent_questions,
+            self.settings.server.max_waiting_questions,
             self.telemetry.load,
-            adaptive=self.settings.adaptive_concurrency,
-            max_queue_wait_s=self.settings.max_queue_wait_s,
-            max_queue_wait_services=self.settings.max_queue_wait_services,
+            adaptive=self.settings.server.adaptive_concurrency,
+            max_queue_wait_s=self.settings.server.max_queue_wait_s,
+            max_queue_wait_services=self.settings.server.max_queue_wait_services,
         )
 
     def degrade(self, waited_s: float) -> tuple[str, ...]:

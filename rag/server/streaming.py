@@ -18,4 +18,6 @@ from rag.settings import Settings
 def event_stream(
     events: AsyncIterable[ServerSentEvent], settings: Settings, *, sep: str | None = None
 ) -> EventSourceResponse:
-    return EventSourceResponse(events, sep=sep, shutdown_grace_period=settings.shutdown_grace_s)
+    return EventSourceResponse(
+        events, sep=sep, shutdown_grace_period=settings.server.shutdown_grace_s
+    )

@@ -37,7 +37,7 @@ _OPTIONS_NOT_IN_KEY = {"index", "timeout_s"}
 
 def settings_fingerprint(settings: Settings) -> str:
     """A hash of every setting that may shape an answer."""
-    values = settings.model_dump(mode="json", exclude=_NOT_IN_KEY)
+    values = {k: v for k, v in settings.flat(mode="json").items() if k not in _NOT_IN_KEY}
     values["effective_system_prompt"] = settings.effective_system_prompt()
     text = json.dumps(values, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -48,7 +48,7 @@ class AnswerCache:
 
     def __init__(self, store: ReviewStore, settings: Settings):
         self.store = store
-        self.ttl_s = settings.answer_cache_ttl_s
+        self.ttl_s = settings.server.answer_cache_ttl_s
         self._fingerprint = settings_fingerprint(settings) if self.ttl_s > 0 else ""
         self._lock = threading.Lock()
         self.hits = 0

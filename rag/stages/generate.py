@@ -57,7 +57,7 @@ class GenerateStage:
     def __init__(self, engine: EngineClient, settings: Settings):
         self.engine = engine
         self.settings = settings
-        self.layout = PassageLayout(settings.passage_order)
+        self.layout = PassageLayout(settings.generation.passage_order)
 
     def plan(self, question: str, passages: list[Passage], options: AskOptions) -> Plan:
         """Validated sampling parameters and a prompt that fits the context window."""
@@ -125,23 +125,27 @@ class GenerateStage:
         """The answer's parameters, then (with ``num_candidates`` > 1) those of the extra samples
         the guards compare it with: one request each, sharing the prompt's KV blocks."""
         s = self.settings
-        temperature = s.temperature if options.temperature is None else options.temperature
+        temperature = (
+            s.generation.temperature if options.temperature is None else options.temperature
+        )
         try:
             answer = SamplingParams(
                 temperature=temperature,
-                max_tokens=s.max_tokens if options.max_tokens is None else options.max_tokens,
+                max_tokens=s.generation.max_tokens
+                if options.max_tokens is None
+                else options.max_tokens,
                 seed=options.seed,
-                stop_check=LoopStop() if s.stop_on_loop else None,
+                stop_check=LoopStop() if s.guards.stop_on_loop else None,
             )
-            if s.num_candidates == 1:
+            if s.guards.num_candidates == 1:
                 return answer, None
             samples = replace(
                 answer,
-                n=s.num_candidates - 1,
-                temperature=s.candidate_temperature,
-                max_tokens=min(answer.max_tokens, s.candidate_max_tokens),
+                n=s.guards.num_candidates - 1,
+                temperature=s.guards.candidate_temperature,
+                max_tokens=min(answer.max_tokens, s.guards.candidate_max_tokens),
                 seed=None if options.seed is None else options.seed + 1,
-                stop_check=LoopStop() if s.stop_on_loop else None,
+                stop_check=LoopStop() if s.guards.stop_on_loop else None,
             )
             return answer, samples
         except ValueError as exc:

@@ -349,5 +349,5 @@ def test_an_empty_setting_turns_a_bound_off(
     for name in ("MAX_QUEUE_WAIT_S", "MAX_QUEUE_WAIT_SERVICES", "REQUEST_TIMEOUT_S"):
         monkeypatch.setenv(f"RAGGUARD_{name}", "")
     state = ServerState(settings(tmp_path))
-    assert state.settings.request_timeout_s is None
+    assert state.settings.server.request_timeout_s is None
     assert state.admission.wait_bound_s() is None

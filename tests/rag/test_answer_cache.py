@@ -57,7 +57,7 @@ def make(tmp_path: Path, fake_demo_index_template: Path, clock: Clock) -> Iterat
         fields.update(overrides)
         settings = Settings(
             index_dir=index_dir, data_dir=tmp_path / "data", _env_file=None,
-            **fields,  # type: ignore[arg-type]
+            **fields,
         )  # fmt: skip
         store = ReviewStore(tmp_path / "reviews.sqlite", clock=clock)
         generator = CountingGenerator()
@@ -180,8 +180,8 @@ def test_an_evaluation_never_uses_the_cache_nor_queues_audits(settings: Settings
     from rag.eval.evaluation import _Models
 
     models = _Models(HashingEmbedder(), ScriptedGenerator())
-    served = settings.model_copy(
-        update={"answer_cache_ttl_s": 3600.0, "audit_rate": 0.5, "audit_rates": {"demo": 1.0}}
+    served = settings.updated(
+        **{"answer_cache_ttl_s": 3600.0, "audit_rate": 0.5, "audit_rates": {"demo": 1.0}}
     )
     pipe = models.pipeline(served)
     try:

@@ -40,7 +40,7 @@ def test_the_steps_follow_the_queue_length_and_the_recent_wait() -> None:
 def sampled(settings: Settings, fake_pipeline: Pipeline) -> Pipeline:
     """The fake pipeline, asking two extra samples of every question."""
     pipe = Pipeline(
-        settings.model_copy(update={"num_candidates": 3}),
+        settings.updated(**{"num_candidates": 3}),
         HashingEmbedder(),
         ScriptedGenerator(),
         retriever=fake_pipeline.retriever,

@@ -77,7 +77,11 @@ def test_configs_are_named_by_their_stem_and_checked(tmp_path: Path) -> None:
     config = load_config(tmp_path / "n5.toml")
     assert config == EvalConfig("n5", {"num_candidates": 5, "top_k": 8})
     settings = config.settings({"top_k": 3, "max_tokens": 10, "_env_file": None})
-    assert (settings.top_k, settings.num_candidates, settings.max_tokens) == (8, 5, 10)
+    assert (
+        settings.retrieval.top_k,
+        settings.guards.num_candidates,
+        settings.generation.max_tokens,
+    ) == (8, 5, 10)
     assert load_configs([]) == [EvalConfig("default")]
 
     (tmp_path / "typo.toml").write_text("top_kk = 3\n")

@@ -105,8 +105,8 @@ def target(
     settings = Settings(
         index_dir=root / "indexes", data_dir=root / "data", max_tokens=4, _env_file=None
     )
-    shutil.copytree(demo_index_template, settings.index_dir / "demo")
-    keys = KeyStore(settings.data_dir / "keys.sqlite")
+    shutil.copytree(demo_index_template, settings.retrieval.index_dir / "demo")
+    keys = KeyStore(settings.review.data_dir / "keys.sqlite")
     admin_key = keys.create("fuzzer", Role.ADMIN)
     keys.close()
     pipeline = Pipeline(settings, embedder, llm_engine)

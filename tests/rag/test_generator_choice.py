@@ -9,8 +9,8 @@ from rag.settings import Settings
 
 def test_auto_runs_the_engine_in_its_own_process_only_in_the_server() -> None:
     auto = Settings(_env_file=None)
-    assert auto.generator == "auto"
-    assert auto.generator_backend(serving=True) == "engine-process"
-    assert auto.generator_backend() == "engine"
+    assert auto.engine.generator == "auto"
+    assert auto.engine.generator_backend(serving=True) == "engine-process"
+    assert auto.engine.generator_backend() == "engine"
     chosen = Settings(generator="engine", _env_file=None)
-    assert chosen.generator_backend(serving=True) == "engine"
+    assert chosen.engine.generator_backend(serving=True) == "engine"

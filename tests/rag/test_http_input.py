@@ -85,7 +85,9 @@ def test_the_ask_schema_states_the_servers_question_limit(
 ) -> None:
     question = body_schema(openapi, "AskRequest")["properties"]["question"]
     assert (
-        question["maxLength"] == MAX_QUESTION_CHARS == Settings(_env_file=None).max_question_chars
+        question["maxLength"]
+        == MAX_QUESTION_CHARS
+        == Settings(_env_file=None).server.max_question_chars
     )
     too_long = client.post("/v1/ask", json={"question": "x" * (MAX_QUESTION_CHARS + 1)})
     assert_refused(too_long, 422, "invalid_request")
@@ -93,7 +95,7 @@ def test_the_ask_schema_states_the_servers_question_limit(
 
 
 def test_the_setting_may_lower_the_limit_but_not_raise_it() -> None:
-    assert Settings(_env_file=None, max_question_chars=100).max_question_chars == 100
+    assert Settings(_env_file=None, max_question_chars=100).server.max_question_chars == 100
     with pytest.raises(ValueError, match="max_question_chars"):
         Settings(_env_file=None, max_question_chars=MAX_QUESTION_CHARS + 1)
 

@@ -62,21 +62,19 @@ def test_each_profile_answers_by_its_own_rule_unless_one_is_set() -> None:
 
     default = Settings(_env_file=None)
     assert default.effective_system_prompt() == SYSTEM_PROMPT
-    qwen = default.model_copy(update={"model": "qwen2.5-coder-1.5b"})  # no validator runs
+    qwen = default.updated(**{"model": "qwen2.5-coder-1.5b"})
     assert qwen.effective_system_prompt() == WORDED_ANSWER_PROMPT
     assert Settings(model="qwen2.5-coder-1.5b", _env_file=None).effective_system_prompt() == (
         WORDED_ANSWER_PROMPT
     )
-    assert qwen.model_copy(update={"system_prompt": "Be brief."}).effective_system_prompt() == (
-        "Be brief."
-    )
+    assert qwen.updated(**{"system_prompt": "Be brief."}).effective_system_prompt() == ("Be brief.")
 
 
 def test_the_judge_model_defaults_to_the_1_5b_generator_itself() -> None:
     assert Settings(_env_file=None).resolved_judge_model() is None  # SmolLM2: off
     qwen = Settings(model="qwen2.5-coder-1.5b", _env_file=None)
     assert qwen.resolved_judge_model() == "generator"
-    assert qwen.model_copy(update={"judge_model": "off"}).resolved_judge_model() is None
+    assert qwen.updated(**{"judge_model": "off"}).resolved_judge_model() is None
     small = Settings(model="qwen2.5-coder-0.5b", judge_model="qwen2.5-coder-1.5b", _env_file=None)
     assert small.resolved_judge_model() == "qwen2.5-coder-1.5b"  # a second engine
 
@@ -118,10 +116,10 @@ def test_the_second_stage_weighs_the_judge_against_the_first(tmp_path: Path) -> 
 @pytest.mark.model
 def test_the_cascade_asks_the_judge_only_inside_its_band(demo_pipeline: Pipeline) -> None:
     question = "What does a KV cache avoid recomputing?"
-    every = demo_pipeline.settings.model_copy(
-        update={"judge_model": "generator", "judge_min_confidence": 0.0}
+    every = demo_pipeline.settings.updated(
+        **{"judge_model": "generator", "judge_min_confidence": 0.0}
     )
-    every.judge_max_confidence = 1.0
+    every.guards.judge_max_confidence = 1.0
     pipeline = Pipeline(every, demo_pipeline.embedder, demo_pipeline.engine)
     try:
         judged = pipeline.ask(question)
@@ -136,7 +134,7 @@ def test_the_cascade_asks_the_judge_only_inside_its_band(demo_pipeline: Pipeline
     assert verdict.outcome in ("pass", "fail") and verdict.score == judged.judgement
     assert judged.confidence_signals["judge"] == pytest.approx(judge_logit(judged.judgement))
 
-    none = every.model_copy(update={"judge_min_confidence": 1.0})
+    none = every.updated(**{"judge_min_confidence": 1.0})
     pipeline = Pipeline(none, demo_pipeline.embedder, demo_pipeline.engine)
     try:
         skipped = pipeline.ask(question)
@@ -202,7 +200,7 @@ def test_a_generator_without_a_tokenizer_cannot_judge(
     from rag.errors import InvalidInputError
     from tests.fakes import ScriptedGenerator
 
-    qwen = settings.model_copy(update={"model": "qwen2.5-coder-1.5b"})
+    qwen = settings.updated(**{"model": "qwen2.5-coder-1.5b"})
     assert qwen.resolved_judge_model() == "generator"  # the profile's default judge
     with caplog.at_level("WARNING"):
         pipeline = Pipeline(qwen, HashingEmbedder(), ScriptedGenerator())
@@ -210,7 +208,7 @@ def test_a_generator_without_a_tokenizer_cannot_judge(
         assert pipeline.judge is None and "the judge is off" in caplog.text
     finally:
         pipeline.close()
-    asked = qwen.model_copy(update={"judge_model": "generator"})
+    asked = qwen.updated(**{"judge_model": "generator"})
     with pytest.raises(InvalidInputError, match="exposes no tokenizer"):
         Pipeline(asked, HashingEmbedder(), ScriptedGenerator())
 

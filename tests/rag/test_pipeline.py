@@ -188,7 +188,7 @@ def test_every_answer_is_checked_and_decided(demo_pipeline: Pipeline) -> None:
 def test_self_verification_asks_the_generator_on_the_shared_prefix(demo_pipeline: Pipeline) -> None:
     from rag.pipeline import Pipeline
 
-    settings = demo_pipeline.settings.model_copy(update={"self_verification": True})
+    settings = demo_pipeline.settings.updated(**{"self_verification": True})
     pipeline = Pipeline(settings, demo_pipeline.embedder, demo_pipeline.engine)
     try:
         result = pipeline.ask("What does a KV cache avoid recomputing?")
@@ -207,7 +207,9 @@ def test_low_confidence_goes_to_review_durably_or_abstains(demo_pipeline: Pipeli
     question = "What does a KV cache avoid recomputing?"
     reviewed = demo_pipeline.ask(question, abstain_below=0.0, review_below=0.9999)
     assert reviewed.decision == "review" and reviewed.review_id and not reviewed.abstained
-    store = ReviewStore(demo_pipeline.settings.data_dir / "reviews.sqlite")  # a second connection
+    store = ReviewStore(
+        demo_pipeline.settings.review.data_dir / "reviews.sqlite"
+    )  # a second connection
     item = store.get(reviewed.review_id)
     assert item.answer == reviewed.answer and item.status is Status.PENDING
     assert item.guard_results and item.passages and item.candidates == [reviewed.answer]
@@ -226,7 +228,7 @@ def test_low_confidence_goes_to_review_durably_or_abstains(demo_pipeline: Pipeli
 
 
 def test_several_candidates_vote(demo_pipeline: Pipeline) -> None:
-    demo_pipeline.settings.num_candidates = 3
+    demo_pipeline.settings.guards.num_candidates = 3
     result = demo_pipeline.ask("What does a KV cache avoid recomputing?", seed=5, max_tokens=24)
     consistency = next(g for g in result.guard_results if g.name == "self_consistency")
     assert (
@@ -244,7 +246,7 @@ def test_the_quantization_setting_reaches_the_engine_config(
     from rag.settings import Settings
 
     monkeypatch.setenv("RAGGUARD_QUANTIZATION", value)
-    assert Settings(_env_file=None).engine_config().quantization == expected
+    assert Settings(_env_file=None).engine.engine_config().quantization == expected
 
 
 def test_max_num_seqs_reaches_the_engine_and_the_old_name_is_still_read(
@@ -252,11 +254,11 @@ def test_max_num_seqs_reaches_the_engine_and_the_old_name_is_still_read(
 ) -> None:
     from rag.settings import Settings
 
-    assert Settings(max_num_seqs=5, _env_file=None).engine_config().max_num_seqs == 5
+    assert Settings(max_num_seqs=5, _env_file=None).engine.engine_config().max_num_seqs == 5
     monkeypatch.setenv("RAGGUARD_MAX_BATCH_SIZE", "7")
-    assert Settings(_env_file=None).engine_config().max_num_seqs == 7
+    assert Settings(_env_file=None).engine.engine_config().max_num_seqs == 7
     monkeypatch.setenv("RAGGUARD_MAX_NUM_SEQS", "9")  # the current name wins
-    assert Settings(_env_file=None).engine_config().max_num_seqs == 9
+    assert Settings(_env_file=None).engine.engine_config().max_num_seqs == 9
 
 
 def test_an_unknown_quantization_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -277,14 +279,14 @@ def test_the_speculative_settings_reach_the_engine_config(monkeypatch: pytest.Mo
     monkeypatch.setenv("RAGGUARD_SPECULATIVE", "prompt_lookup")
     monkeypatch.setenv("RAGGUARD_NUM_SPECULATIVE_TOKENS", "6")
     monkeypatch.setenv("RAGGUARD_PROMPT_LOOKUP_MIN", "2")
-    config = Settings(_env_file=None).engine_config()
+    config = Settings(_env_file=None).engine.engine_config()
     assert (config.speculative, config.num_speculative_tokens, config.prompt_lookup_min) == (
         "prompt_lookup",
         6,
         2,
     )
     monkeypatch.setenv("RAGGUARD_SPECULATIVE", "")
-    assert Settings(_env_file=None).engine_config().speculative is None
+    assert Settings(_env_file=None).engine.engine_config().speculative is None
     monkeypatch.setenv("RAGGUARD_PROMPT_LOOKUP_MIN", "5")
     with pytest.raises(ValidationError, match="prompt_lookup_min"):
         Settings(_env_file=None)
@@ -298,7 +300,7 @@ def test_the_system_prompt_is_a_setting_and_self_verification_shares_it(
     from rag.verification import SelfVerifier
 
     rule = "Answer in three words from the passages below."
-    custom = settings.model_copy(update={"system_prompt": rule})
+    custom = settings.updated(**{"system_prompt": rule})
     passages = [Passage("d1", "d1#0", "Alpha text.", 0.9)]
     plan = GenerateStage(pipeline.engine, custom).plan("Why?", passages, AskOptions())
     assert rule in plan.prompt and "I don't know" not in plan.prompt

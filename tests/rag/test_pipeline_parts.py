@@ -33,7 +33,7 @@ class Marker(Guard):
 def test_an_injected_retriever_and_checker_are_the_ones_asked(
     settings: Settings, fake_demo_index_template: Path
 ) -> None:
-    shutil.copytree(fake_demo_index_template, settings.index_dir / "demo")
+    shutil.copytree(fake_demo_index_template, settings.retrieval.index_dir / "demo")
     embedder = HashingEmbedder()
     retriever = RetrieveStage(CollectionRegistry.from_settings(settings, embedder))
     checker = AnswerChecker(settings, embedder)
@@ -54,9 +54,9 @@ def test_an_injected_retriever_and_checker_are_the_ones_asked(
 def test_guards_disabled_means_no_checker_even_when_one_is_given(
     settings: Settings, fake_demo_index_template: Path
 ) -> None:
-    shutil.copytree(fake_demo_index_template, settings.index_dir / "demo")
+    shutil.copytree(fake_demo_index_template, settings.retrieval.index_dir / "demo")
     embedder = HashingEmbedder()
-    off = settings.model_copy(update={"guards_enabled": False})
+    off = settings.updated(**{"guards_enabled": False})
     pipeline = Pipeline(off, embedder, ScriptedGenerator(), checker=AnswerChecker(off, embedder))
     try:
         assert pipeline.checker is None

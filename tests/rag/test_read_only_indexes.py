@@ -28,7 +28,7 @@ def read_only(tmp_path: Path, fake_demo_index_template: Path) -> Iterator[Pipeli
         read_only_indexes=True,
         _env_file=None,
     )
-    shutil.copytree(fake_demo_index_template, settings.index_dir / "demo")
+    shutil.copytree(fake_demo_index_template, settings.retrieval.index_dir / "demo")
     pipeline = Pipeline(settings, HashingEmbedder(), ScriptedGenerator())
     yield pipeline
     pipeline.close()
@@ -60,14 +60,14 @@ def test_a_read_only_reader_follows_what_a_writer_commits(read_only: Pipeline) -
     reader = read_only.collections.get("demo")
     with pytest.raises(ReadOnlyIndexError):
         reader.ingest([Document("x", "Paged attention stores keys in fixed-size blocks.")])
-    writer = CollectionRegistry(read_only.settings.index_dir, HashingEmbedder())
+    writer = CollectionRegistry(read_only.settings.retrieval.index_dir, HashingEmbedder())
     try:
         writer.get("demo").ingest([Document("lanterns", "The tenth lantern hangs by door 3.")])
     finally:
         writer.close()
     found = reader.search("tenth lantern door", 3)
     assert found and found[0].chunk.doc_id == "lanterns"
-    assert not read_only.settings.index_dir.joinpath("fresh").exists()
+    assert not read_only.settings.retrieval.index_dir.joinpath("fresh").exists()
 
 
 def test_the_setting_governs_serving_not_the_cli_that_writes(
@@ -82,4 +82,4 @@ def test_the_setting_governs_serving_not_the_cli_that_writes(
     (tmp_path / "notes.md").write_text("The tenth lantern hangs by door 3.")
     assert main(["ingest", str(tmp_path / "notes.md"), "--index", "kb", "--quiet"]) == 0
     assert "1 added" in capsys.readouterr().out
-    assert Settings(_env_file=None).read_only_indexes  # still set for the server
+    assert Settings(_env_file=None).retrieval.read_only_indexes  # still set for the server

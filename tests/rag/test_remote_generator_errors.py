@@ -36,7 +36,7 @@ def test_settings_need_a_url_for_the_openai_generator() -> None:
         generator_api_key="sk-1",
         _env_file=None,
     )
-    remote = settings.remote_config()
+    remote = settings.engine.remote_config()
     assert remote is not None and remote.api_key == "sk-1" and remote.base_url == "http://h:8000/v1"
     assert "sk-1" not in repr(settings)
 
@@ -48,7 +48,7 @@ def test_a_busy_remote_is_a_429_with_retry_after_on_every_route(
     ``Retry-After``: through the pipeline (``/v1/ask``) and through the raw OpenAI route, which
     talks to the engine client directly (it answered 500 before)."""
     script, url = remote
-    shutil.copytree(fake_demo_index_template, settings.index_dir / "demo")
+    shutil.copytree(fake_demo_index_template, settings.retrieval.index_dir / "demo")
     engine = RemoteClient(RemoteConfig(url, backoff_s=0.0, max_retries=0), max_model_len=None)
     pipeline = Pipeline(settings, HashingEmbedder(), engine)
     with TestClient(create_app(pipeline=pipeline)) as http:

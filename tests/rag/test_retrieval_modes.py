@@ -35,7 +35,7 @@ def ask(client: TestClient, **body: object) -> list[str]:
 
 def bm25_built(pipeline: Pipeline) -> bool:
     """Whether a BM25 search has run on the demo index (it saves ``bm25-<generation>/``)."""
-    return any((pipeline.settings.index_dir / "demo").glob("bm25-*"))
+    return any((pipeline.settings.retrieval.index_dir / "demo").glob("bm25-*"))
 
 
 def test_each_mode_answers_and_the_request_chooses(
@@ -58,11 +58,11 @@ def test_the_setting_is_the_default_and_a_request_overrides_it(fake_pipeline: Pi
     options = AskOptions(min_score=-1.0, top_k=3)
     fake_pipeline.ask_with(QUESTION, options)
     assert not bm25_built(fake_pipeline)  # the default setting: dense
-    fake_pipeline.settings = fake_pipeline.settings.model_copy(update={"retrieval": "bm25"})
+    fake_pipeline.settings = fake_pipeline.settings.updated(**{"retrieval": "bm25"})
     by_setting = fake_pipeline.ask_with(QUESTION, options)
     assert bm25_built(fake_pipeline)
     assert by_setting.passages[0].doc_id.startswith("speculative-decoding")
-    for folder in (fake_pipeline.settings.index_dir / "demo").glob("bm25-*"):
+    for folder in (fake_pipeline.settings.retrieval.index_dir / "demo").glob("bm25-*"):
         shutil.rmtree(folder)
     fake_pipeline.retriever.collections.close()  # reopened: the BM25 store in memory goes too
     fake_pipeline.ask_with(QUESTION, replace(options, retrieval="dense"))

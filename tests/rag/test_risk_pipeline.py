@@ -39,7 +39,7 @@ def make(tmp_path: Path, fake_demo_index_template: Path) -> Iterator[Make]:
             shutil.copytree(fake_demo_index_template, index_dir / "demo")
         settings = Settings(
             index_dir=index_dir, data_dir=tmp_path / "data", max_tokens=48, _env_file=None,
-            **overrides,  # type: ignore[arg-type]
+            **overrides,
         )  # fmt: skip
         pipe = Pipeline(settings, HashingEmbedder(), ScriptedGenerator())
         made.append(pipe)

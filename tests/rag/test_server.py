@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 @pytest.fixture
 def client(fake_pipeline: Pipeline) -> Iterator[TestClient]:
-    fake_pipeline.settings.max_upload_bytes = 4096
+    fake_pipeline.settings.server.max_upload_bytes = 4096
     with TestClient(create_app(pipeline=fake_pipeline)) as http:
         yield http
 
@@ -346,7 +346,7 @@ def test_an_unreadable_index_is_left_out_of_the_listing(
 ) -> None:
     from rag.retrieval.index import VectorIndex
 
-    index_dir = fake_pipeline.settings.index_dir
+    index_dir = fake_pipeline.settings.retrieval.index_dir
     VectorIndex.create(
         index_dir / "other-model", embedding_model="bge-small", dimension=384
     ).close()
@@ -406,7 +406,7 @@ def test_the_server_and_its_pipeline_share_one_review_store(
     from rag.server import app as app_module
     from tests.fakes import HashingEmbedder, ScriptedGenerator
 
-    shutil.copytree(fake_demo_index_template, settings.index_dir / "demo")
+    shutil.copytree(fake_demo_index_template, settings.retrieval.index_dir / "demo")
 
     def load_fakes(
         s: Settings, *, require_index: bool, reviews: ReviewStore | None, serving: bool

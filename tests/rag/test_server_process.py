@@ -265,7 +265,7 @@ def test_log_text_setting_puts_question_and_answer_into_the_request_record(
 
     from rag.server import create_app
 
-    demo_pipeline.settings.log_text = True
+    demo_pipeline.settings.logging.log_text = True
     caplog.set_level(logging.INFO, logger="ragguard.request")
     with TestClient(create_app(pipeline=demo_pipeline)) as client:
         answer = client.post("/v1/ask", json={"question": SECRET_QUESTION, "max_tokens": 8})

@@ -48,7 +48,7 @@ def apps(
             review_gold_rate=0.0,
             _env_file=None,
         )
-        shutil.copytree(fake_demo_index_template, settings.index_dir / "demo")
+        shutil.copytree(fake_demo_index_template, settings.retrieval.index_dir / "demo")
         pipeline = Pipeline(settings, HashingEmbedder(), ScriptedGenerator())
         pipelines.append(pipeline)
         client = TestClient(create_app(settings, pipeline=pipeline))

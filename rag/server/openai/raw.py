@@ -195,7 +195,7 @@ def _usage(finals: Sequence[RequestOutput | None]) -> Usage:
 
 
 def _deadline(pipeline: Pipeline, body: GenerationRequest) -> float | None:
-    timeout = body.timeout_s or pipeline.settings.request_timeout_s
+    timeout = body.timeout_s or pipeline.settings.server.request_timeout_s
     return None if timeout is None else asyncio.get_running_loop().time() + timeout
 
 

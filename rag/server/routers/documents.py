@@ -112,8 +112,8 @@ async def add_document(
     request: Request, pipeline: PipelineDep, settings: SettingsDep, index: IndexQuery = None
 ) -> IngestResponse:
     """Add or replace a document (unchanged documents are skipped); creates the index if needed."""
-    documents = await _read_documents(request, settings.max_upload_bytes)
-    name = index or settings.index_name
+    documents = await _read_documents(request, settings.server.max_upload_bytes)
+    name = index or settings.retrieval.index_name
     collection = await run_in_threadpool(pipeline.collections.get, name, create=True)
     report = await run_in_threadpool(collection.ingest, documents)
     return IngestResponse.from_report(name, report)
@@ -128,7 +128,7 @@ async def list_documents(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> DocumentList:
     """Documents of an index, ordered by id."""
-    name = index or settings.index_name
+    name = index or settings.retrieval.index_name
 
     def page() -> DocumentList:
         collection = pipeline.collections.get(name)
@@ -152,7 +152,9 @@ async def delete_document(
     index: IndexQuery = None,
 ) -> Response:
     """Delete a document and its chunks."""
-    collection = await run_in_threadpool(pipeline.collections.get, index or settings.index_name)
+    collection = await run_in_threadpool(
+        pipeline.collections.get, index or settings.retrieval.index_name
+    )
     await run_in_threadpool(collection.delete, doc_id)
     return Response(status_code=204)
 

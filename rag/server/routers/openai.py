@@ -188,7 +188,7 @@ async def chat_completions(
             request, pipeline, state, job, users[-1], options, arrival, body
         )
     top_k = (body.top_logprobs or 0) if body.logprobs else None
-    params = _sampling(body, max_tokens, pipeline.settings.max_tokens, top_k)
+    params = _sampling(body, max_tokens, pipeline.settings.generation.max_tokens, top_k)
     prompt = pipeline.engine.apply_chat_template(messages)
     raw_job = RawJob(
         chat=True,
