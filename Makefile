@@ -34,6 +34,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
 
 # Three tiers. `make test-fast` (under 2 minutes on 2 cores): no real model is loaded (a test that

@@ -24,7 +24,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from engine.errors import EngineError
+from engine import EngineError
 from guards import Candidate, GuardResult, Outcome
 from rag.errors import InvalidInputError, RagGuardError
 from rag.eval.items import EvalItem
