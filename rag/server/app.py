@@ -27,8 +27,9 @@ from rag.server import page
 from rag.server.auth import KeyStore, Role, log_protection, require
 from rag.server.disconnect import ClientDisconnected
 from rag.server.loop_lag import start_loop_lag_monitor
+from rag.server.openai import routes as openai
 from rag.server.request_log import RequestLog
-from rag.server.routers import answers, ask, documents, health, keys, metrics, openai, reviews
+from rag.server.routers import answers, ask, documents, health, keys, metrics, reviews
 from rag.server.state import ServerState
 from rag.server.utf8 import Utf8JsonBodies
 from rag.settings import Settings

@@ -1,4 +1,3 @@
 """The OpenAI-compatible API's parts: request and response shapes (``schemas``), OpenAI's error
 shape (``errors``), server-sent chunks (``sse``), raw generation straight from the engine
-(``raw``) and grounded answers from the pipeline (``grounded``). The routes are in
-``rag.server.routers.openai``."""
+(``raw``) and grounded answers from the pipeline (``grounded``), and the routes (``routes``)."""
