@@ -60,6 +60,8 @@ class LLMEngine(PromptFacade):
         self.model = model.to(device=self.device, dtype=dtype).eval()
         if config.quantization == "int8":
             model.quantize_int8()
+        elif config.quantization == "int4":
+            model.quantize_int4()
         self.prompts = PromptTokenizer(
             tokenizer, config.max_model_len or int(hf_config.max_position_embeddings)
         )

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.layers.attention import AttentionMetadata, paged_attention, write_kv
+from engine.layers.int4 import quantize_linears_int4
 from engine.layers.quantization import Int8Embedding, Int8Linear, quantize_linears
 from engine.layers.rotary import RotaryEmbedding, apply_rotary
 
@@ -158,6 +159,17 @@ class LlamaForCausalLM(nn.Module):
         rows, so the model keeps no float copy of its largest matrix."""
         for layer in self.model.layers:
             quantize_linears(layer)
+        self._quantize_head_int8()
+
+    def quantize_int4(self) -> None:
+        """The decoder layers' linear layers in int4 (groups of 128, 64 or 32 weights), the LM
+        head (and tied embeddings) in int8: as llama.cpp's Q4_K_M keeps its output matrix at
+        more bits, the one matrix every token's choice is read from keeps its precision."""
+        for layer in self.model.layers:
+            quantize_linears_int4(layer)
+        self._quantize_head_int8()
+
+    def _quantize_head_int8(self) -> None:
         head = Int8Linear.from_linear(self.lm_head)
         self.lm_head = head  # type: ignore[assignment]
         if self.tie_word_embeddings:

@@ -90,10 +90,11 @@ class EngineSettings(Group):
         _ENGINE.cuda_graphs,
         description="engine replays decode steps as CUDA graphs (CUDA devices only)",
     )
-    quantization: Literal["int8"] | None = Field(
+    quantization: Literal["int8", "int4"] | None = Field(
         _ENGINE.quantization,  # type: ignore[arg-type]
         description="engine weights: empty = the model's dtype; int8 = per-channel int8 "
-        "weight-only linear layers (a quarter of fp32's bytes)",
+        "weight-only linear layers (a quarter of fp32's bytes); int4 = the decoder's linear "
+        "layers in 4-bit groups and the LM head in int8 (about a sixth; CPU only)",
     )
     speculative: Literal["prompt_lookup"] | None = Field(
         _ENGINE.speculative,  # type: ignore[arg-type]

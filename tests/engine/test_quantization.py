@@ -63,7 +63,7 @@ def test_quantize_linears_swaps_every_linear_and_bad_tensors_are_refused() -> No
 @pytest.mark.model
 def test_a_bad_quantization_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="quantization must be one of"):
-        EngineConfig(quantization="int4")
+        EngineConfig(quantization="int3")
     from engine import HFGenerator
 
     with pytest.raises(ValueError, match="features of our engine"):

@@ -1,0 +1,109 @@
+"""int4 weight-only quantization: weights in 4 bits, in groups along the input dimension, each
+group with its own float scale and offset (asymmetric), multiplied by PyTorch's CPU kernel
+``torch.ops.aten._weight_int4pack_mm_for_cpu`` without ever widening them to float.
+
+The layout is the one that kernel takes: 4-bit values ``q`` in 0..15 packed two to a byte, and
+per group the pair ``(scale, zero)`` with ``w ≈ (q - 8) * scale + zero``. Groups are 128 input
+columns where the width divides by 128, else 64 or 32 (SmolLM2's 576-wide layers take 64).
+Decoding reads every weight once per token, so at an eighth of fp32's bytes (plus a scale and a
+zero per group) the decoder's linear layers cost the least memory traffic of any format here.
+CPU only: PyTorch's CUDA int4 kernel takes another packing, not implemented here.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from engine.layers.quantization import compute_dtype
+
+GROUP_SIZES = (128, 64, 32)
+"""Group widths tried in order: the largest that divides a layer's input width is used."""
+
+
+def group_size_for(in_features: int) -> int:
+    for size in GROUP_SIZES:
+        if in_features % size == 0:
+            return size
+    raise ValueError(
+        f"int4 needs an input width divisible by one of {GROUP_SIZES}, got {in_features}"
+    )
+
+
+def quantize_int4(
+    weight: torch.Tensor, group_size: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(q, scales, zeros)``: ``q`` int32 in 0..15 of the weight's shape, and per output row
+    and group a scale and a zero, with ``w ≈ (q - 8) * scale + zero`` (each group's range
+    mapped onto the 16 levels)."""
+    out_features, in_features = weight.shape
+    w = weight.detach().float().reshape(out_features, in_features // group_size, group_size)
+    low, high = w.amin(dim=-1), w.amax(dim=-1)
+    scales = ((high - low) / 15).clamp(min=torch.finfo(torch.float32).tiny)
+    q = torch.round((w - low[..., None]) / scales[..., None]).clamp_(0, 15).to(torch.int32)
+    zeros = low + scales * 8
+    return q.reshape(out_features, in_features), scales, zeros
+
+
+def dequantize_int4(
+    q: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int
+) -> torch.Tensor:
+    """The float weight ``q``, ``scales`` and ``zeros`` stand for (tests, checks)."""
+    out_features, in_features = q.shape
+    grouped = q.reshape(out_features, in_features // group_size, group_size).float() - 8
+    return (grouped * scales[..., None] + zeros[..., None]).reshape(out_features, in_features)
+
+
+class Int4Linear(nn.Module):
+    """``nn.Linear`` with int4 grouped weights, multiplied by PyTorch's CPU int4 kernel."""
+
+    packed: torch.Tensor
+    scales_and_zeros: torch.Tensor
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        weight = linear.weight
+        if weight.device.type != "cpu":
+            raise ValueError("int4 weights run on the CPU only (use int8 on CUDA)")
+        self.out_features, self.in_features = weight.shape
+        self.group_size = group_size_for(self.in_features)
+        self.out_dtype = weight.dtype
+        # The kernel is many times slower with fp32 activations: those run in bf16.
+        self.compute_dtype = compute_dtype(weight.dtype, weight.device)
+        q, scales, zeros = quantize_int4(weight, self.group_size)
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+        # [groups, out_features, 2]: the kernel's layout of each group's (scale, zero).
+        pairs = torch.stack([scales, zeros], dim=-1).transpose(0, 1).contiguous()
+        self.register_buffer("packed", packed)
+        self.register_buffer("scales_and_zeros", pairs.to(self.compute_dtype))
+        self.bias = (
+            None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, self.in_features).to(self.compute_dtype).contiguous()
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(
+            flat, self.packed, self.group_size, self.scales_and_zeros
+        ).to(self.out_dtype)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.view(*shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"int4 (groups of {self.group_size})"
+        )
+
+
+def quantize_linears_int4(module: nn.Module) -> int:
+    """Replace every ``nn.Linear`` below ``module`` by an ``Int4Linear``; returns the count."""
+    count = 0
+    for name, child in list(module.named_children()):
+        if isinstance(child, nn.Linear):
+            setattr(module, name, Int4Linear(child))
+            count += 1
+        else:
+            count += quantize_linears_int4(child)
+    return count
