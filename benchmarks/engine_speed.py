@@ -13,9 +13,9 @@ c. Batch-1 decode tokens/s vs HF (median of 3, alternated), and vs the memory-ba
    (model bytes / copy rate).
 d. Prefix cache: time to first token with a repeated 400-token prefix, hit vs miss.
 e. Roofline: decode FLOP/s at the batch of (a) vs plain ``torch.mm`` on the model's own shapes.
-f. int8 weight-only vs the float model: batch-1 decode tokens/s (median of 3, alternated), a
-   batch of 32, weight bytes, and how many of the first 32 greedy tokens on the 21 parity prompts
-   stay identical (bf16 weights beside it, for scale).
+f. int8 and int4 weight-only vs the float model: batch-1 decode tokens/s (median of 3,
+   alternated), a batch of 32, weight bytes, and how many of the first 32 greedy tokens on the 21
+   parity prompts stay identical (bf16 weights beside it, for scale). int4 on CPU only.
 g. Prompt-lookup speculation on RAG answers: MuSiQue questions with four of their own
    paragraphs (the supporting ones first) in our grounded prompt, greedy, one at a time:
    answer time with and without speculation, identical tokens, acceptance rate; and (a)'s load
@@ -312,8 +312,12 @@ def first_divergence(reference: list[int], other: list[int]) -> int:
     )
 
 
+QUANTIZED = ("int8", "int4")
+"""The weight formats (f) measures against float32, side by side."""
+
+
 def bench_int8(stream: list[int], quick: bool) -> dict[str, Any]:
-    """(f): fp32 (the CPU default), bf16 and int8 engines side by side in this process."""
+    """(f): fp32 (the CPU default), bf16, int8 and int4 engines side by side in this process."""
     from engine import EngineConfig, LLMEngine, SamplingParams
     from engine.layers.quantization import weight_bytes
     from tests.engine.test_llm_engine import QUESTIONS
@@ -321,21 +325,22 @@ def bench_int8(stream: list[int], quick: bool) -> dict[str, Any]:
     def build(**extra: Any) -> LLMEngine:
         return LLMEngine(EngineConfig(device=DEVICE, kv_cache_memory_bytes=256 << 20, **extra))
 
-    engines = {
-        "float": build(),
-        "bf16": build(dtype="bfloat16"),
-        "int8": build(quantization="int8"),
-    }
+    engines = {"float": build(), "bf16": build(dtype="bfloat16")}
+    for name in QUANTIZED:
+        if name == "int4" and DEVICE != "cpu":
+            continue  # PyTorch's CPU int4 kernel only
+        engines[name] = build(quantization=name)
+    timed = [name for name in engines if name != "bf16"]
     prompt = stream[3000:3197]
     decode = SamplingParams(max_tokens=32 if quick else 128, ignore_eos=True)
     batch_prompts = [stream[i * 97 : i * 97 + 64] for i in range(32)]
     batch_params = SamplingParams(max_tokens=16 if quick else 40, ignore_eos=True)
-    rates: dict[str, list[float]] = {"float": [], "int8": []}
-    batch_rates: dict[str, list[float]] = {"float": [], "int8": []}
-    for name in rates:
+    rates: dict[str, list[float]] = {name: [] for name in timed}
+    batch_rates: dict[str, list[float]] = {name: [] for name in timed}
+    for name in timed:
         engines[name].generate([prompt[:16]], SamplingParams(max_tokens=2))  # warm-up
-    for _ in range(3):
-        for name in rates:
+    for _ in range(3):  # alternated, so that a slow spell of the machine hits every side
+        for name in timed:
             engine = engines[name]
             out = engine.generate([prompt], decode)[0]
             t = out.timing
@@ -356,27 +361,28 @@ def bench_int8(stream: list[int], quick: bool) -> dict[str, Any]:
         for name, engine in engines.items()
     }
     total = sum(len(t) for t in tokens["float"])
-    identical = {
-        f"{name}_identical_prefix_share": sum(
-            first_divergence(a, b) for a, b in zip(tokens["float"], tokens[name], strict=True)
-        )
-        / total
-        for name in ("bf16", "int8")
-    }
-    decode_rate = {name: statistics.median(r) for name, r in rates.items()}
-    batch_rate = {name: statistics.median(r) for name, r in batch_rates.items()}
-    return {
-        "float_decode_tokens_per_s": decode_rate["float"],
-        "int8_decode_tokens_per_s": decode_rate["int8"],
-        "int8_over_float_batch1": decode_rate["int8"] / decode_rate["float"],
-        "float_batch32_tokens_per_s": batch_rate["float"],
-        "int8_batch32_tokens_per_s": batch_rate["int8"],
-        "int8_over_float_batch32": batch_rate["int8"] / batch_rate["float"],
-        "float_weight_mb": weight_bytes(engines["float"].model) / 2**20,
-        "bf16_weight_mb": weight_bytes(engines["bf16"].model) / 2**20,
-        "int8_weight_mb": weight_bytes(engines["int8"].model) / 2**20,
-        **identical,
-    }
+    figures: dict[str, Any] = {}
+    for name in engines:
+        figures[f"{name}_weight_mb"] = weight_bytes(engines[name].model) / 2**20
+        if name != "float":
+            shared = sum(
+                first_divergence(a, b) for a, b in zip(tokens["float"], tokens[name], strict=True)
+            )
+            figures[f"{name}_identical_prefix_share"] = shared / total
+    for name in timed:
+        decode_rate = statistics.median(rates[name])
+        batch_rate = statistics.median(batch_rates[name])
+        figures[f"{name}_decode_tokens_per_s"] = decode_rate
+        figures[f"{name}_batch32_tokens_per_s"] = batch_rate
+        if name != "float":
+            figures[f"{name}_over_float_batch1"] = decode_rate / statistics.median(rates["float"])
+            figures[f"{name}_over_float_batch32"] = batch_rate / statistics.median(
+                batch_rates["float"]
+            )
+            figures[f"{name}_weight_share"] = (
+                figures[f"{name}_weight_mb"] / figures["float_weight_mb"]
+            )
+    return figures
 
 
 def rag_answer_prompts(data_dir: Path, apply_template: Any, count: int) -> list[str]:
@@ -625,6 +631,11 @@ def main() -> None:
         results["f_int8"] = f = bench_int8(stream, q)
         targets["f_int8_batch1>=1.7x"] = f["int8_over_float_batch1"] >= 1.7
         targets["f_identical>=90%"] = f["int8_identical_prefix_share"] >= 0.9
+        if "int4_decode_tokens_per_s" in f:
+            targets["f_int4_weights<=0.3x"] = f["int4_weight_share"] <= 0.3
+            targets["f_int4_batch1>=int8"] = (
+                f["int4_decode_tokens_per_s"] >= f["int8_decode_tokens_per_s"]
+            )
     if "g" in sections:
         results["g_prompt_lookup"] = g = bench_prompt_lookup(args.data_dir, 8 if q else 30)
         targets["g_speedup>=1.5x"] = g["speedup_total"] >= 1.5
