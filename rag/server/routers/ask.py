@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import asdict
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import Response
 from sse_starlette import ServerSentEvent
 
 from rag.errors import RagGuardError
-from rag.pipeline import Pipeline
-from rag.server.disconnect import unless_disconnected
+from rag.server.calls import CallDep
 from rag.server.schemas import AskRequest, AskResponse, ErrorOut
-from rag.server.state import PipelineDep, ServerState, StateDep
-from rag.server.streaming import event_stream
-from rag.types import AskEvent, AskOptions, PassagesEvent, TokenEvent, result_of
+from rag.server.state import PipelineDep
+from rag.types import AskEvent, PassagesEvent, TokenEvent, result_of
 
 logger = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1", tags=["ask"])
@@ -35,9 +32,7 @@ _ERRORS[200] = {
 
 
 @router.post("/ask", response_model=AskResponse, responses=_ERRORS)
-async def ask(
-    body: AskRequest, request: Request, pipeline: PipelineDep, state: StateDep
-) -> AskResponse | Response:
+async def ask(body: AskRequest, call: CallDep, pipeline: PipelineDep) -> AskResponse | Response:
     """Retrieve passages for the question and answer from them, with numbered citations.
 
     When no passage clears the relevance threshold the answer abstains without calling the model.
@@ -45,43 +40,27 @@ async def ask(
     for review. Beyond the server's waiting queue: 429 with ``Retry-After``; past the deadline:
     504.
     """
-    arrival = time.perf_counter()
     options = body.to_options()
-    request_id: str = request.state.request_id
     if body.stream:
-        state.admission.check()  # refuse with a status code while one can still be sent
-        stream = _sse(state, pipeline, body.question, options, request_id)
-        return event_stream(stream, state.settings)
-    async with state.admission.slot() as slot_wait_s:
-        events = state.telemetry.track(
-            pipeline.stream(
-                body.question,
-                options,
-                request_id=request_id,
-                degrade=state.degrade(slot_wait_s),
-            ),
-            arrival,
-            slot_wait_s,
-        )
-        result = await unless_disconnected(request, result_of(events))
+
+        def events(waited_s: float) -> AsyncGenerator[ServerSentEvent, None]:
+            return _sse(call.answer(pipeline, body.question, options, waited_s))
+
+        return call.stream(events, failed=_error_event, catch=RagGuardError)
+    result = await call.whole(
+        lambda waited_s: result_of(call.answer(pipeline, body.question, options, waited_s))
+    )
     return AskResponse.from_result(result)
 
 
-async def _sse(
-    state: ServerState, pipeline: Pipeline, question: str, options: AskOptions, request_id: str
-) -> AsyncIterator[ServerSentEvent]:
-    """Events as SSE; an error after the response has started becomes an ``error`` event. A
-    client that leaves cancels this generator, which aborts the generation."""
-    arrival = time.perf_counter()
-    try:
-        async with state.admission.slot(checked=True) as slot_wait_s:
-            degrade = state.degrade(slot_wait_s)
-            events = pipeline.stream(question, options, request_id=request_id, degrade=degrade)
-            async for event in state.telemetry.track(events, arrival, slot_wait_s):
-                yield _encode(event)
-    except RagGuardError as exc:
-        data = json.dumps({"error": exc.error_type, "detail": str(exc)})
-        yield ServerSentEvent(data, event="error")
+async def _sse(events: AsyncIterator[AskEvent]) -> AsyncGenerator[ServerSentEvent, None]:
+    """The answer's events as SSE (an error after the response has started: ``_error_event``)."""
+    async for event in events:
+        yield _encode(event)
+
+
+def _error_event(exc: RagGuardError) -> ServerSentEvent:
+    return ServerSentEvent(json.dumps({"error": exc.error_type, "detail": str(exc)}), event="error")
 
 
 def _encode(event: AskEvent) -> ServerSentEvent:
