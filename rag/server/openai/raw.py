@@ -4,14 +4,12 @@ client (``n`` choices, stop strings, log-probabilities, usage), whole or streame
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from functools import partial
 
-from fastapi import Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 from sse_starlette import ServerSentEvent
@@ -25,33 +23,19 @@ from engine import (
     streamable_text,
 )
 from rag import logs
-from rag.errors import (
-    DeadlineExceededError,
-    EngineUnavailableError,
-)
-from rag.pipeline import Pipeline
-from rag.server.disconnect import unless_disconnected
+from rag.errors import DeadlineExceededError, EngineUnavailableError
+from rag.server.calls import Call
 from rag.server.openai.errors import error_event
 from rag.server.openai.logprobs import Tokens, token_logprobs
+from rag.server.openai.reply import Reply
 from rag.server.openai.schemas import (
-    ChatChoice,
-    ChatChunkChoice,
-    ChatCompletionChunk,
-    ChatCompletionResponse,
     ChatLogprobs,
-    ChatMessageOut,
-    CompletionChoice,
-    CompletionChunk,
     CompletionLogprobs,
-    CompletionResponse,
-    Delta,
     GenerationRequest,
     PromptTokensDetails,
     Usage,
 )
-from rag.server.openai.sse import chunk_event, done, json_response
-from rag.server.state import ServerState
-from rag.server.streaming import event_stream
+from rag.server.openai.sse import done, json_response
 
 
 @dataclass(slots=True)
@@ -73,20 +57,12 @@ def _finish_reason(reason: FinishReason | None) -> str | None:
 class RawJob:
     """One request for the engine: how its outputs are shaped."""
 
-    chat: bool
-    model: str
+    reply: Reply
     n: int
     stops: list[str]
     top_k: int | None
     """Alternatives per token; None: no log-probabilities asked."""
     tokens: Tokens
-    include_usage: bool
-    id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    created: int = field(default_factory=lambda: int(time.time()))
-
-    @property
-    def response_id(self) -> str:
-        return ("chatcmpl-" if self.chat else "cmpl-") + self.id
 
     def logprobs(
         self, out: CompletionOutput, start: int, end: int, offset: int
@@ -95,91 +71,20 @@ class RawJob:
         them, for ``text_offset``); None when none were asked."""
         if self.top_k is None:
             return None
-        return token_logprobs(self.tokens, out, start, end, offset, self.top_k, chat=self.chat)
+        chat = self.reply.chat
+        return token_logprobs(self.tokens, out, start, end, offset, self.top_k, chat=chat)
 
     def response(self, finals: list[RequestOutput]) -> BaseModel:
-        choices: list[Any] = []
+        choices = []
         for p, final in enumerate(finals):
             for out in final.outputs:
-                index = p * self.n + out.index
                 logprobs = self.logprobs(out, 0, len(out.token_ids), 0)
                 reason = _finish_reason(out.finish_reason) or "stop"
-                if self.chat:
-                    assert logprobs is None or isinstance(logprobs, ChatLogprobs)
-                    choices.append(
-                        ChatChoice(
-                            index=index,
-                            message=ChatMessageOut(content=out.text),
-                            logprobs=logprobs,
-                            finish_reason=reason,
-                        )
-                    )
-                else:
-                    assert logprobs is None or isinstance(logprobs, CompletionLogprobs)
-                    choices.append(
-                        CompletionChoice(
-                            index=index, text=out.text, logprobs=logprobs, finish_reason=reason
-                        )
-                    )
-        choices.sort(key=lambda c: c.index)
-        usage = _usage(finals)
-        if self.chat:
-            return ChatCompletionResponse(
-                id=self.response_id,
-                created=self.created,
-                model=self.model,
-                choices=choices,
-                usage=usage,
-            )
-        return CompletionResponse(
-            id=self.response_id,
-            created=self.created,
-            model=self.model,
-            choices=choices,
-            usage=usage,
-        )
-
-    def chunk(
-        self,
-        index: int,
-        text: str | None,
-        *,
-        role: bool = False,
-        logprobs: ChatLogprobs | CompletionLogprobs | None = None,
-        finish_reason: str | None = None,
-    ) -> ServerSentEvent:
-        if self.chat:
-            assert logprobs is None or isinstance(logprobs, ChatLogprobs)
-            delta = Delta(role="assistant" if role else None, content=text)
-            choice = ChatChunkChoice(
-                index=index, delta=delta, logprobs=logprobs, finish_reason=finish_reason
-            )
-            return chunk_event(
-                ChatCompletionChunk(
-                    id=self.response_id, created=self.created, model=self.model, choices=[choice]
+                choices.append(
+                    self.reply.choice(p * self.n + out.index, out.text, reason, logprobs)
                 )
-            )
-        assert logprobs is None or isinstance(logprobs, CompletionLogprobs)
-        text_choice = CompletionChoice(
-            index=index, text=text or "", logprobs=logprobs, finish_reason=finish_reason
-        )
-        return chunk_event(
-            CompletionChunk(
-                id=self.response_id, created=self.created, model=self.model, choices=[text_choice]
-            )
-        )
-
-    def usage_chunk(self, usage: Usage) -> ServerSentEvent:
-        chunk: ChatCompletionChunk | CompletionChunk
-        if self.chat:
-            chunk = ChatCompletionChunk(
-                id=self.response_id, created=self.created, model=self.model, choices=[], usage=usage
-            )
-        else:
-            chunk = CompletionChunk(
-                id=self.response_id, created=self.created, model=self.model, choices=[], usage=usage
-            )
-        return chunk_event(chunk)
+        choices.sort(key=lambda c: c.index)
+        return self.reply.response(choices, _usage(finals))
 
 
 def _usage(finals: Sequence[RequestOutput | None]) -> Usage:
@@ -194,9 +99,8 @@ def _usage(finals: Sequence[RequestOutput | None]) -> Usage:
     )
 
 
-def _deadline(pipeline: Pipeline, body: GenerationRequest) -> float | None:
-    timeout = body.timeout_s or pipeline.settings.server.request_timeout_s
-    return None if timeout is None else asyncio.get_running_loop().time() + timeout
+def _deadline(timeout_s: float | None) -> float | None:
+    return None if timeout_s is None else asyncio.get_running_loop().time() + timeout_s
 
 
 async def _outputs(
@@ -250,35 +154,32 @@ async def _outputs(
 
 
 async def _finals(
-    engine: EngineClient,
-    prompts: list[str],
-    params: SamplingParams,
-    request_id: str,
-    deadline: float | None,
+    generated: AsyncGenerator[tuple[int, RequestOutput], None], prompts: int
 ) -> list[RequestOutput]:
-    finals: list[RequestOutput | None] = [None] * len(prompts)
-    async with aclosing(_outputs(engine, prompts, params, request_id, deadline)) as outputs:
+    finals: list[RequestOutput | None] = [None] * prompts
+    async with aclosing(generated) as outputs:
         async for position, output in outputs:
             finals[position] = output
     done = [f for f in finals if f is not None and f.finished]
-    if len(done) != len(prompts):
+    if len(done) != prompts:
         raise EngineUnavailableError("the engine ended a request without a final output")
     return done
 
 
 async def generate_raw(
-    request: Request,
-    pipeline: Pipeline,
-    state: ServerState,
+    call: Call,
+    engine: EngineClient,
     job: RawJob,
     prompts: list[str],
     params: SamplingParams,
     body: GenerationRequest,
+    timeout_s: float | None,
 ) -> Response:
-    request_id: str = request.state.request_id
-    deadline = _deadline(pipeline, body)
+    """The engine's completions of ``prompts``, whole or streamed (``body.stream``), ending at
+    the deadline (``body.timeout_s``, else ``timeout_s``)."""
+    deadline = _deadline(body.timeout_s or timeout_s)
     logs.note(
-        model=pipeline.engine.model_name,
+        model=engine.model_name,
         prompt="\n".join(prompts),
         prompts=len(prompts),
         n=params.n,
@@ -288,50 +189,40 @@ async def generate_raw(
         seed=params.seed,
         stream=body.stream,
     )
+    outputs = partial(_outputs, engine, prompts, params, call.request_id, deadline)
     if body.stream:
-        state.admission.check()  # refuse with a status code while one can still be sent
-        stream = _raw_stream(request, pipeline, state, job, prompts, params, deadline)
-        return event_stream(stream, state.settings, sep="\n")
-    async with state.admission.slot():
-        finals = await unless_disconnected(
-            request, _finals(pipeline.engine, prompts, params, request_id, deadline)
+        return call.stream(
+            lambda _waited_s: _raw_stream(job, outputs(), len(prompts)),
+            failed=partial(error_event, call.request),
+            catch=Exception,
+            last=done(),
+            sep="\n",
         )
+    finals = await call.whole(lambda _waited_s: _finals(outputs(), len(prompts)))
     return json_response(job.response(finals))
 
 
 async def _raw_stream(
-    request: Request,
-    pipeline: Pipeline,
-    state: ServerState,
-    job: RawJob,
-    prompts: list[str],
-    params: SamplingParams,
-    deadline: float | None,
-) -> AsyncIterator[ServerSentEvent]:
-    """Chunks of text as it is generated; a client that leaves cancels this generator, which
-    aborts the generation."""
-    request_id: str = request.state.request_id
-    sent = [_ChoiceState() for _ in range(len(prompts) * job.n)]
-    finals: list[RequestOutput | None] = [None] * len(prompts)
-    try:
-        async with state.admission.slot(checked=True):
-            if job.chat:
-                for index in range(job.n):
-                    yield job.chunk(index, "", role=True)
-            generated = _outputs(pipeline.engine, prompts, params, request_id, deadline)
-            async with aclosing(generated) as outputs:  # closed (aborted) when we are
-                async for position, output in outputs:
-                    finals[position] = output
-                    for out in output.outputs:
-                        index = position * job.n + out.index
-                        event = _advance(job, sent[index], index, out)
-                        if event is not None:
-                            yield event
-            if job.include_usage:
-                yield job.usage_chunk(_usage(finals))
-    except Exception as exc:
-        yield error_event(request, exc)
-    yield done()
+    job: RawJob, generated: AsyncGenerator[tuple[int, RequestOutput], None], prompts: int
+) -> AsyncGenerator[ServerSentEvent, None]:
+    """Chunks of text as it is generated; closing this generator (a client that leaves) closes
+    ``generated``, which aborts the generation."""
+    reply = job.reply
+    sent = [_ChoiceState() for _ in range(prompts * job.n)]
+    finals: list[RequestOutput | None] = [None] * prompts
+    if reply.chat:
+        for index in range(job.n):
+            yield reply.chunk(index, "", role=True)
+    async with aclosing(generated) as outputs:  # closed (aborted) when we are
+        async for position, output in outputs:
+            finals[position] = output
+            for out in output.outputs:
+                index = position * job.n + out.index
+                event = _advance(job, sent[index], index, out)
+                if event is not None:
+                    yield event
+    if reply.include_usage:
+        yield reply.usage_chunk(_usage(finals))
 
 
 def _advance(
@@ -355,7 +246,7 @@ def _advance(
     sent.tokens = end
     sent.finished = finished
     reason = (_finish_reason(out.finish_reason) or "stop") if finished else None
-    return job.chunk(index, delta, logprobs=logprobs, finish_reason=reason)
+    return job.reply.chunk(index, delta, logprobs=logprobs, finish_reason=reason)
 
 
 # ========================================================= grounded answers

@@ -15,15 +15,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import Response
 
 from engine import SamplingParams
 from rag.pipeline import Pipeline
+from rag.server.calls import Call, CallDep
 from rag.server.openai.errors import OpenAIAPIError, OpenAIRoute
-from rag.server.openai.grounded import GroundedJob, answer_grounded
+from rag.server.openai.grounded import answer_grounded
 from rag.server.openai.logprobs import Tokens
 from rag.server.openai.raw import RawJob, generate_raw
+from rag.server.openai.reply import Reply
 from rag.server.openai.schemas import (
     GROUNDED_MODEL,
     ChatCompletionRequest,
@@ -36,7 +38,7 @@ from rag.server.openai.schemas import (
     ModelList,
     OpenAIErrorOut,
 )
-from rag.server.state import PipelineDep, StateDep
+from rag.server.state import PipelineDep
 from rag.types import AskOptions
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
@@ -103,12 +105,9 @@ async def retrieve_model(model_id: str, pipeline: PipelineDep) -> ModelCard:
     response_model=CompletionResponse,
     responses=_STREAMED,
 )
-async def completions(
-    body: CompletionRequest, request: Request, pipeline: PipelineDep, state: StateDep
-) -> Response:
+async def completions(body: CompletionRequest, call: CallDep, pipeline: PipelineDep) -> Response:
     """Complete one prompt or a list of them (``n`` choices each, indexed on across prompts).
     With ``model: "ragguard"`` the prompt is a question answered from the index."""
-    arrival = time.perf_counter()
     is_grounded = _check_model(pipeline, body.model)
     if body.echo:
         raise OpenAIAPIError(400, "echo is not supported", param="echo")
@@ -127,26 +126,11 @@ async def completions(
                 param="prompt",
             )
         options = _grounded_options(body, body.max_tokens, logprobs=body.logprobs is not None)
-        job = GroundedJob(
-            chat=False,
-            model=GROUNDED_MODEL,
-            include_usage=body.include_usage,
-            id=request.state.request_id,
-        )
-        return await answer_grounded(
-            request, pipeline, state, job, prompts[0], options, arrival, body
-        )
+        reply = _grounded_reply(call, chat=False, include_usage=body.include_usage)
+        return await answer_grounded(call, pipeline, reply, prompts[0], options, body)
     params = _sampling(body, body.max_tokens, COMPLETIONS_DEFAULT_MAX_TOKENS, body.logprobs)
-    raw_job = RawJob(
-        chat=False,
-        model=body.model,
-        n=body.n,
-        stops=body.stop_list,
-        top_k=body.logprobs,
-        tokens=Tokens(pipeline.engine.tokenizer),
-        include_usage=body.include_usage,
-    )
-    return await generate_raw(request, pipeline, state, raw_job, prompts, params, body)
+    job = _raw_job(pipeline, body, chat=False, top_k=body.logprobs)
+    return await _generate(call, pipeline, job, prompts, params, body)
 
 
 @router.post(
@@ -155,11 +139,10 @@ async def completions(
     responses=_STREAMED,
 )
 async def chat_completions(
-    body: ChatCompletionRequest, request: Request, pipeline: PipelineDep, state: StateDep
+    body: ChatCompletionRequest, call: CallDep, pipeline: PipelineDep
 ) -> Response:
     """Answer a conversation in the model's chat format. With ``model: "ragguard"`` the last
     user message is answered from the index, with citations and the guards' decision."""
-    arrival = time.perf_counter()
     is_grounded = _check_model(pipeline, body.model)
     if body.tools:
         raise OpenAIAPIError(400, "tools are not supported", param="tools")
@@ -178,28 +161,39 @@ async def chat_completions(
                 param="messages",
             )
         options = _grounded_options(body, max_tokens, logprobs=body.logprobs)
-        job = GroundedJob(
-            chat=True,
-            model=GROUNDED_MODEL,
-            include_usage=body.include_usage,
-            id=request.state.request_id,
-        )
-        return await answer_grounded(
-            request, pipeline, state, job, users[-1], options, arrival, body
-        )
+        reply = _grounded_reply(call, chat=True, include_usage=body.include_usage)
+        return await answer_grounded(call, pipeline, reply, users[-1], options, body)
     top_k = (body.top_logprobs or 0) if body.logprobs else None
     params = _sampling(body, max_tokens, pipeline.settings.generation.max_tokens, top_k)
     prompt = pipeline.engine.apply_chat_template(messages)
-    raw_job = RawJob(
-        chat=True,
-        model=body.model,
-        n=body.n,
-        stops=body.stop_list,
-        top_k=top_k,
-        tokens=Tokens(pipeline.engine.tokenizer),
-        include_usage=body.include_usage,
-    )
-    return await generate_raw(request, pipeline, state, raw_job, [prompt], params, body)
+    job = _raw_job(pipeline, body, chat=True, top_k=top_k)
+    return await _generate(call, pipeline, job, [prompt], params, body)
+
+
+def _grounded_reply(call: Call, *, chat: bool, include_usage: bool) -> Reply:
+    """The grounded answer's shape; its id is the request's, so that the response id names the
+    answer for feedback."""
+    return Reply(chat=chat, model=GROUNDED_MODEL, include_usage=include_usage, id=call.request_id)
+
+
+def _raw_job(
+    pipeline: Pipeline, body: GenerationRequest, *, chat: bool, top_k: int | None
+) -> RawJob:
+    reply = Reply(chat=chat, model=body.model, include_usage=body.include_usage)
+    tokens = Tokens(pipeline.engine.tokenizer)
+    return RawJob(reply=reply, n=body.n, stops=body.stop_list, top_k=top_k, tokens=tokens)
+
+
+async def _generate(
+    call: Call,
+    pipeline: Pipeline,
+    job: RawJob,
+    prompts: list[str],
+    params: SamplingParams,
+    body: GenerationRequest,
+) -> Response:
+    timeout_s = pipeline.settings.server.request_timeout_s
+    return await generate_raw(call, pipeline.engine, job, prompts, params, body, timeout_s)
 
 
 def _message(message: ChatMessage, position: int) -> dict[str, str]:
