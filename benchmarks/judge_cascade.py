@@ -58,7 +58,7 @@ from guards.judge import judge_logit  # noqa: E402
 from guards.registry import signal_directions  # noqa: E402
 from rag.eval.metrics import auroc  # noqa: E402
 from rag.eval.records import read_records  # noqa: E402
-from rag.guarding import DATA, shipped_confidence_path  # noqa: E402
+from rag.stages.check.checker import DATA, shipped_confidence_path  # noqa: E402
 
 NO_ANSWER_SETS = ("rgb_noise",)
 """Sets whose passages hold no answer: reported apart (the right outcome is to decline)."""

@@ -43,8 +43,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from engine import EngineConfig, LLMEngine
-    from rag.judge import JUDGE_QUESTION, judge_messages, judged_passages
-    from rag.verification import YesNoReader
+    from rag.stages.check.judge import JUDGE_QUESTION, judge_messages, judged_passages
+    from rag.stages.check.verification import YesNoReader
 
     engine = LLMEngine(EngineConfig(model=args.judge, quantization="int8", max_num_seqs=8))
     reader = YesNoReader(engine)  # type: ignore[arg-type]  # only its tokenizer is read

@@ -44,8 +44,8 @@ from guards.registry import GuardDeps, build_guards, signal_directions  # noqa: 
 from rag.eval.judgement import repeats_wrong_answer  # noqa: E402
 from rag.eval.metrics import auroc  # noqa: E402
 from rag.eval.records import read_records  # noqa: E402
-from rag.guarding import AnswerChecker  # noqa: E402
 from rag.settings import Settings  # noqa: E402
+from rag.stages.check import AnswerChecker  # noqa: E402
 
 DEFAULT_DATA_DIR = ROOT.parent / "shared" / "data"
 MODEL_PATH = ROOT / "rag" / "data" / "confidence.json"

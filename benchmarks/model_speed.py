@@ -57,7 +57,7 @@ def judge_conversation(data_dir: Path) -> list[dict[str, str]]:
     """A judgement as the judge is asked it: the two supporting paragraphs, the question, an
     answer."""
     from rag.eval import datasets as ds
-    from rag.judge import judge_messages
+    from rag.stages.check.judge import judge_messages
     from rag.types import Passage
 
     question = ds.read_json(data_dir / ds.MULTIHOP / "musique_train.json")[0]

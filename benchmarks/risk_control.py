@@ -60,7 +60,7 @@ from guards.risk import (  # noqa: E402
 )
 from guards.risk.calibrator import weighted_auroc  # noqa: E402
 from guards.risk.thresholds import certify_at_checkpoint  # noqa: E402
-from rag.guarding import shipped_confidence_path  # noqa: E402
+from rag.stages.check import shipped_confidence_path  # noqa: E402
 
 KS = (25, 50, 100, 200)
 RISKS = (0.05, 0.1, 0.2)

@@ -1,8 +1,9 @@
 """The judge's verdict: a judge model's P(yes) that the answer is correct and supported.
 
-The probability is measured where the judge model is (``rag.judge`` asks it, only for answers in
-the cascade's uncertain band) and handed to the guards in ``GuardContext.judgement``; this guard
-turns it into a verdict and a signal. Unjudged answers abstain: no judgement is not a PASS.
+The probability is measured where the judge model is (``rag.stages.check.judge`` asks it, only for
+answers in the cascade's uncertain band) and handed to the guards in ``GuardContext.judgement``;
+this guard turns it into a verdict and a signal. Unjudged answers abstain: no judgement is not a
+PASS.
 """
 
 from __future__ import annotations

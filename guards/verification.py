@@ -1,8 +1,8 @@
 """Self-verification: the generator's own P(yes) that its answer is correct and supported.
 
-The probability is measured where the generator is (``rag.verification`` asks it on the shared
-prompt prefix) and handed to the guards in ``GuardContext.verification``; this guard turns it into
-a verdict and a signal.
+The probability is measured where the generator is (``rag.stages.check.verification`` asks it on
+the shared prompt prefix) and handed to the guards in ``GuardContext.verification``; this guard
+turns it into a verdict and a signal.
 """
 
 from __future__ import annotations

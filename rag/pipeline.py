@@ -9,16 +9,14 @@ private event loop. The server awaits the same coroutines on its own loop.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import time
 import uuid
 from collections.abc import AsyncGenerator, Collection, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from engine import (
     EngineClient,
-    EngineError,
     Generator,
     ModelLoadError,
     ModelNotFoundError,
@@ -27,26 +25,29 @@ from engine import (
     build_engine_client,
 )
 from engine import EngineUnavailableError as EngineDown
-from guards import Action, Policy
-from guards.review import CachedAnswer, ReviewStore
+from guards.review import ReviewStore
 from rag import citations, demo, logs
 from rag.background import BackgroundLoop
 from rag.engine_failures import as_ragguard_error
-from rag.errors import (
-    DeadlineExceededError,
-    InvalidInputError,
-)
-from rag.guarding import AnswerChecker, Checked, candidate, finish_reason
-from rag.judge import build_judge
+from rag.errors import DeadlineExceededError, InvalidInputError
 from rag.prompt import NO_ANSWER
 from rag.retrieval.collection import CollectionRegistry
 from rag.retrieval.embed import Embedder
 from rag.review_desk import ReviewDesk, open_review_store
 from rag.review_desk.risk import RiskControl
 from rag.settings import Settings
-from rag.stages import GenerateStage, Generation, Retrieval, RetrieveStage
-from rag.stages.act import ActStage
+from rag.stages import (
+    ActStage,
+    CheckStage,
+    DecideStage,
+    GenerateStage,
+    Generation,
+    Retrieval,
+    RetrieveStage,
+)
 from rag.stages.answer_cache import AnswerCache
+from rag.stages.check import AnswerChecker, SelfVerifier, build_judge
+from rag.stages.question import Ask
 from rag.types import (
     AskEvent,
     AskOptions,
@@ -54,35 +55,11 @@ from rag.types import (
     PassagesEvent,
     Result,
     ResultEvent,
-    Sample,
     TokenEvent,
-    Usage,
     result_of,
 )
-from rag.verification import SelfVerifier
 
 __all__ = ["AskOptions", "Pipeline"]
-logger = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class _Ask:
-    """One question on its way through the stages."""
-
-    question: str
-    options: AskOptions
-    request_id: str
-    index: str
-    policy: Policy | None
-    degrade: Collection[str] = ()
-    """Work to skip under load (``rag.server.degrade.STEPS``)."""
-    started: float = field(default_factory=time.perf_counter)
-    timings: dict[str, float] = field(default_factory=dict)
-    degraded: list[str] = field(default_factory=list)
-    """The steps of ``degrade`` that did skip something for this answer."""
-
-    def lap(self, name: str, since: float) -> None:
-        self.timings[name] = time.perf_counter() - since
 
 
 class Pipeline:
@@ -119,16 +96,16 @@ class Pipeline:
         self.generator = GenerateStage(self.engine, settings)
         if checker is None and settings.guards.guards_enabled:
             checker = AnswerChecker(settings, embedder)
-        self.checker = checker if settings.guards.guards_enabled else None
-        self.verifier = (
+        checker = checker if settings.guards.guards_enabled else None
+        verifier = (
             SelfVerifier(self.engine, settings.effective_system_prompt())
-            if self.checker is not None and settings.guards.self_verification
+            if checker is not None and settings.guards.self_verification
             else None
         )
         self._owned_judge_engine: EngineClient | None = None
         try:
-            self.judge, self._owned_judge_engine = build_judge(
-                settings, self.engine, self.checker, judge_engine
+            judge, self._owned_judge_engine = build_judge(
+                settings, self.engine, checker, judge_engine
             )
             store = open_review_store(settings) if reviews is None else reviews
         except BaseException:  # nothing this pipeline started may outlive a failed start
@@ -139,9 +116,12 @@ class Pipeline:
             if owns_retriever:
                 self.collections.close()
             raise
+        self.check = CheckStage(checker, verifier, judge) if checker is not None else None
+        """None with guards disabled: no check, decide or act."""
         self.reviews = ReviewDesk(store, owns_store=reviews is None)
         self.risk = RiskControl(store, settings)
-        self.act = ActStage(self.checker, self.reviews, self.risk) if self.checker else None
+        self.decide = DecideStage(self.risk)
+        self.act = ActStage(self.reviews, self.risk)
         self.cache = AnswerCache(store, settings)
         self._loop = BackgroundLoop()
 
@@ -199,6 +179,17 @@ class Pipeline:
                 pipeline.close()
                 raise
         return pipeline
+
+    @property
+    def checker(self) -> AnswerChecker | None:
+        """The guards, the confidence model and the policy (None with guards disabled)."""
+        return self.check.checker if self.check is not None else None
+
+    def use_checker(self, checker: AnswerChecker) -> None:
+        """Check answers with ``checker`` from now on (one over another knowledge graph, say)."""
+        if self.check is None:
+            raise ValueError("the pipeline's guards are disabled (guards_enabled=False)")
+        self.check.checker = checker
 
     def close(self) -> None:
         self._loop.close()
@@ -282,7 +273,7 @@ class Pipeline:
             await stages.aclose()
 
     # ---------------------------------------------------------------- stages
-    def _start(self, question: str, options: AskOptions, request_id: str | None) -> _Ask:
+    def _start(self, question: str, options: AskOptions, request_id: str | None) -> Ask:
         """Validate what can be validated before any work."""
         s = self.settings
         question = question.strip()
@@ -295,17 +286,18 @@ class Pipeline:
             )
         if options.timeout_s is not None and not options.timeout_s > 0:
             raise InvalidInputError(f"timeout_s must be > 0, got {options.timeout_s}")
-        policy = self.checker.policy_for(options) if self.checker is not None else None
-        return _Ask(
+        checker = self.checker
+        return Ask(
             question,
             options,
             request_id or uuid.uuid4().hex,
             options.index or s.retrieval.index_name,
-            policy,
+            checker.policy_for(options) if checker is not None else None,
         )
 
-    async def _stages(self, ask: _Ask) -> AsyncGenerator[AskEvent, None]:
-        s, opts = self.settings, ask.options
+    async def _stages(self, ask: Ask) -> AsyncGenerator[AskEvent, None]:
+        """The walk: each stage once, its output the next one's input; the short cuts end it."""
+        s, opts, model = self.settings, ask.options, self.engine.model_name
         top_k = s.retrieval.top_k if opts.top_k is None else opts.top_k
         min_score = s.retrieval.min_score if opts.min_score is None else opts.min_score
         mode = opts.retrieval or s.retrieval.mode
@@ -321,9 +313,17 @@ class Pipeline:
         if reviewed is not None:
             passages = [Passage(**p) for p in reviewed.passages]
             yield PassagesEvent(passages, ask.index)
-            yield ResultEvent(self._reviewed(ask, reviewed, passages))
+            yield ResultEvent(ask.reviewed(model, reviewed, passages))
             return
-        cache_key, cached = await asyncio.to_thread(self._cached, ask, retrieval.version)
+        cache_key, cached = await asyncio.to_thread(
+            self.cache.find,
+            ask.question,
+            ask.index,
+            retrieval.version,
+            ask.options,
+            ask.request_id,
+            self.risk,
+        )
         if cached is not None:
             logs.note(cached_from=cached.cached_from, decision=cached.decision.value)
             yield PassagesEvent(cached.passages, ask.index)
@@ -333,7 +333,7 @@ class Pipeline:
         passages = retrieval.passages
         if not passages:
             yield PassagesEvent([], ask.index)
-            yield ResultEvent(self._result(ask, NO_ANSWER, [], abstain=retrieval.empty_reason))
+            yield ResultEvent(ask.result(model, NO_ANSWER, [], abstain=retrieval.empty_reason))
             return
 
         # Tokenising the prompt (perhaps several times, to fit it) is CPU work: off the loop.
@@ -349,172 +349,48 @@ class Pipeline:
             else:
                 generation = piece
         assert generation is not None
-        ask.timings["generate_s"] = generation.generate_s
-        if generation.time_to_first_token_s is not None:
-            ask.timings["time_to_first_token_s"] = generation.time_to_first_token_s
-        if generation.queue_s is not None:
-            ask.timings["queue_s"] = generation.queue_s
+        ask.timings.update(generation.timings())
         answer = generation.answer.text.strip()
         if citations.is_declined(answer):
             reason = "the model found no answer in the passages"
             yield ResultEvent(
-                self._result(ask, NO_ANSWER, plan.passages, generation.usage, abstain=reason)
+                ask.result(model, NO_ANSWER, plan.passages, generation.usage, abstain=reason)
             )
             return
-        if self.checker is None:
-            result = self._result(ask, answer, plan.passages, generation.usage)
+        if self.check is None:
+            result = ask.result(model, answer, plan.passages, generation.usage)
         else:
-            checked, verification = await self._check(ask, answer, plan.passages, generation)
-            result = await self._act(
-                ask, retrieval, answer, plan.passages, generation, checked, verification
-            )
+            result = await self._check_decide_act(ask, retrieval, answer, plan.passages, generation)
         if cache_key is not None:
             await asyncio.to_thread(self.cache.remember, cache_key, result, retrieval.version)
         yield ResultEvent(result)
 
-    def _cached(self, ask: _Ask, version: str) -> tuple[str | None, Result | None]:
-        """The answer cache's key for this question and what it holds under it (None and None:
-        the cache is off)."""
-        if not self.cache.enabled:
-            return None, None
-        state = self.risk.state(ask.index)
-        threshold = state.choice.threshold if state.choice is not None else None
-        judgement = (state.version, threshold)
-        key = self.cache.key(ask.question, ask.index, version, ask.options, judgement)
-        return key, self.cache.lookup(key, ask.request_id)
-
-    async def _check(
-        self, ask: _Ask, answer: str, passages: list[Passage], generation: Generation
-    ) -> tuple[Checked, float | None]:
-        """The check stage: self-verification (if on), the guards and the confidence."""
-        assert self.checker is not None
-        verification = None
-        if self.verifier is not None:
-            since = time.perf_counter()
-            verification = await self.verifier.score(
-                ask.question, passages, answer, f"{ask.request_id}-verify-{uuid.uuid4().hex[:8]}"
-            )
-            ask.lap("verify_s", since)
-        since = time.perf_counter()
-        samples = [candidate(c) for c in generation.completions]
-        checked = await asyncio.to_thread(
-            self.checker.check,
-            ask.question,
-            samples[0],
-            samples,
-            passages,
-            verification=verification,
-        )
-        ask.lap("guards_s", since)
-        judging = self.judge is not None and self.judge.should_judge(checked.confidence)
-        if judging and "judge" in ask.degrade:
-            ask.degraded.append("judge")  # the first-stage confidence stands
-        elif self.judge is not None and judging:
-            since = time.perf_counter()
-            try:
-                judgement = await self.judge.score(
-                    ask.question, passages, answer, f"{ask.request_id}-judge-{uuid.uuid4().hex[:8]}"
-                )
-            except EngineError as exc:  # the answer stands, unjudged (its judge guard abstains)
-                logger.warning("the judge failed (%s): the answer is left unjudged", exc)
-                judgement = None
-            ask.lap("judge_s", since)
-            if judgement is not None:
-                checked = self.checker.judged(checked, judgement)
-        return checked, verification
-
-    async def _act(
+    async def _check_decide_act(
         self,
-        ask: _Ask,
+        ask: Ask,
         retrieval: Retrieval,
         answer: str,
         passages: list[Passage],
         generation: Generation,
-        checked: Checked,
-        verification: float | None,
     ) -> Result:
-        """The decide and act stages: answer, withhold, or queue for a person; the Result."""
-        assert self.act is not None
-        own = ask.options.abstain_below is not None or ask.options.review_below is not None
-        judged = await asyncio.to_thread(self.act.decide, ask.index, checked, ask.policy, own=own)
-        decision, checked = judged.decision, judged.checked
-        withheld = decision.action is Action.ABSTAIN
-        result = self._result(
-            ask,
-            NO_ANSWER if withheld else answer,
+        """The check, decide and act stages: the guards, then answer, withhold, or queue for a
+        person; the Result."""
+        assert self.check is not None and ask.policy is not None
+        model = self.engine.model_name
+        check = await self.check.run(
+            ask.question,
+            answer,
             passages,
-            generation.usage,
-            abstain="; ".join(decision.reasons) if withheld else None,
-            decision=decision.action,
-            reasons=decision.reasons,
-            checked=checked,
-            samples=[
-                Sample(c.text.strip(), list(c.logprobs), finish_reason(c))
-                for c in generation.completions
-            ],
-            verification=verification,
+            generation,
+            ask.request_id,
+            judge="judge" not in ask.degrade,
         )
-        return await self.act.act(result, retrieval.version, judged)
-
-    def _reviewed(self, ask: _Ask, reviewed: CachedAnswer, passages: list[Passage]) -> Result:
-        """A reviewer's approved (or edited) answer to this question on this index version."""
-        reason = f"approved by reviewer {reviewed.reviewer} (review {reviewed.review_id})"
-        return self._result(
-            ask, reviewed.answer, passages, reasons=[reason], review_id=reviewed.review_id
+        ask.timings.update(check.timings)
+        if check.judge_skipped:
+            ask.degraded.append("judge")  # the first-stage confidence stands
+        own = ask.options.abstain_below is not None or ask.options.review_below is not None
+        judged = await asyncio.to_thread(
+            self.decide.run, ask.index, check.checked, ask.policy, own=own
         )
-
-    def _result(
-        self,
-        ask: _Ask,
-        answer: str,
-        passages: list[Passage],
-        usage: Usage | None = None,
-        *,
-        abstain: str | None = None,
-        decision: Action | None = None,
-        reasons: list[str] | None = None,
-        checked: Checked | None = None,
-        samples: list[Sample] | None = None,
-        verification: float | None = None,
-        review_id: str | None = None,
-    ) -> Result:
-        ask.timings["total_s"] = time.perf_counter() - ask.started
-        if decision is None:
-            decision = Action.ABSTAIN if abstain is not None else Action.ANSWER
-        result = Result(
-            question=ask.question,
-            answer=answer,
-            citations=citations.attribute(answer, passages) if abstain is None else [],
-            passages=passages,
-            abstained=abstain is not None,
-            abstain_reason=abstain,
-            timings=dict(ask.timings),
-            usage=usage or Usage(),
-            model=self.engine.model_name,
-            index=ask.index,
-            request_id=ask.request_id,
-            confidence=checked.confidence if checked is not None else None,
-            decision=decision,
-            decision_reasons=reasons if reasons is not None else ([abstain] if abstain else []),
-            guard_results=checked.reports() if checked is not None else [],
-            confidence_signals=checked.signals if checked is not None else {},
-            samples=samples or [],
-            verification=verification,
-            judgement=checked.context.judgement
-            if checked is not None and checked.context is not None
-            else None,
-            review_id=review_id,
-            degraded=list(ask.degraded),
-        )
-        logs.note(
-            question=ask.question,
-            answer=answer,
-            passages=len(passages),
-            decision=decision.value,
-            confidence=result.confidence,
-            review_id=review_id,
-            degraded=list(ask.degraded),
-            prompt_tokens=result.usage.prompt_tokens,
-            completion_tokens=result.usage.completion_tokens,
-        )
-        return result
+        result = ask.decided(model, answer, passages, generation, check, judged)
+        return await self.act.run(result, retrieval.version, judged)

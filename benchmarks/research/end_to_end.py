@@ -29,10 +29,10 @@ from rag.eval.items import EvalItem
 from rag.eval.metrics import area_under_risk_coverage, auroc, risk_coverage
 from rag.eval.prepare import YES_NO_SUFFIX
 from rag.eval.summary import is_correct
-from rag.guarding import AnswerChecker, Checked
 from rag.pipeline import Pipeline
 from rag.retrieval.embed import Embedder
 from rag.settings import Settings
+from rag.stages.check import AnswerChecker, Checked
 from rag.types import Passage, Result
 
 TARGET_AUROC = 0.75

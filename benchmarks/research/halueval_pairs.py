@@ -37,9 +37,9 @@ from guards.alignment import AnswerEvidenceGuard
 from guards.text import content_words, overlap
 from rag.eval.datasets import HaluEvalItem, load_halueval
 from rag.eval.metrics import auroc, f1_score
-from rag.guarding import DEFAULT_CONFIDENCE_MODEL
 from rag.prompt import build_messages
 from rag.retrieval.embed import Embedder
+from rag.stages.check.checker import DEFAULT_CONFIDENCE_MODEL
 from rag.types import Passage
 
 TARGET_AUROC = 0.85

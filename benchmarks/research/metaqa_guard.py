@@ -39,10 +39,10 @@ from engine import Generator
 from guards import ClaimCheck, ClaimVerdict, KnowledgeGraph, check_answer
 from rag.eval.datasets import MetaQAQuestion
 from rag.eval.metrics import answer_matches, auroc
-from rag.guarding import AnswerChecker
 from rag.pipeline import Pipeline
 from rag.retrieval.embed import Embedder
 from rag.settings import Settings
+from rag.stages.check import AnswerChecker
 from rag.types import Result
 
 GraphTriple = tuple[str | None, str, str | None]
@@ -281,7 +281,7 @@ def run_metaqa_answers(
             max_tokens=48,
         )
         pipeline = Pipeline(settings, embedder, generator)
-        pipeline.checker = AnswerChecker(settings, embedder, graph=graph)
+        pipeline.use_checker(AnswerChecker(settings, embedder, graph=graph))
         pipeline.collections.get("metaqa", create=True).ingest(
             movie_passages(graph, sorted(movies))
         )

@@ -329,9 +329,9 @@ def evaluate(
 def _check_against(pipeline: Any, settings: Settings, graph: Any) -> None:
     """Check answers against the data set's own graph, unless the settings name another."""
     if settings.guards.knowledge_graph is None:
-        from rag.guarding import AnswerChecker
+        from rag.stages.check import AnswerChecker
 
-        pipeline.checker = AnswerChecker(settings, pipeline.embedder, graph=graph)
+        pipeline.use_checker(AnswerChecker(settings, pipeline.embedder, graph=graph))
 
 
 def _visible(settings: Settings) -> dict[str, Any]:

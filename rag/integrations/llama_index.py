@@ -47,9 +47,9 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from engine import EngineClient, RequestOutput, SamplingParams, generate_all
 from guards import Action, Candidate
 from rag.background import BackgroundLoop
-from rag.guarding import AnswerChecker
 from rag.retrieval.embed import Embedder
 from rag.retrieval.retriever import Retriever
+from rag.stages.check import AnswerChecker
 from rag.types import Passage
 
 __all__ = [

@@ -1,59 +1,39 @@
-"""Decide and act: the collection's calibrated confidence and certified threshold decide (answer,
-withhold, or a person), then the answer is queued for review, sampled for an audit, and recorded
-so its user can give feedback on it.
+"""Act: the decided answer is queued for review, sampled for an audit, and recorded so its user can
+give feedback on it.
 
-The shipped confidence is what the guards computed; each collection's calibration in force
-(``rag.review_desk.risk``) turns it into the confidence the user sees and the policy reads, and the
-shipped one travels with every queued item, so that the verdict on it can refit the calibration.
+A flagged answer (``Action.REVIEW``) goes to a person; every checked answer is also drawn for an
+audit at the collection's rate, and reviewed outright while nothing is answered automatically.
+The queued items carry the guards' own confidence (``shipped_confidence``), which the verdict on
+them refits the collection's calibration from (``rag.review_desk.risk``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from guards import Action, Decision, Policy
+from guards import Action
 from guards.review import NewItem, ReviewError
 from guards.review.labels import AnswerRecord
-from rag.guarding import AnswerChecker, Checked
 from rag.review_desk import ReviewDesk
-from rag.review_desk.risk import CollectionRisk, RiskControl
+from rag.review_desk.risk import RiskControl
+from rag.stages.decide import Judged
 from rag.types import Result
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Judged:
-    """The decide stage's output."""
-
-    checked: Checked
-    """With the collection's calibrated confidence (``shipped_confidence``: the guards' own)."""
-    decision: Decision
-    risk: CollectionRisk
-    """The collection's risk control as it stood for this answer (one snapshot throughout)."""
-
-
 class ActStage:
-    def __init__(self, checker: AnswerChecker, reviews: ReviewDesk, risk: RiskControl):
-        self.checker = checker
+    """The review queue (``ReviewDesk``'s store) and the risk control's audit draws."""
+
+    def __init__(self, reviews: ReviewDesk, risk: RiskControl):
         self.reviews = reviews
         self.risk = risk
 
-    def decide(self, index: str, checked: Checked, policy: Policy | None, *, own: bool) -> Judged:
-        """The calibrated confidence and the decision. ``own``: the request set its own
-        thresholds, which may be stricter than the collection's certified one, not looser."""
-        state = self.risk.state(index)
-        shipped = checked.confidence
-        confidence = state.model.apply(shipped, checked.signals)
-        checked = replace(checked, confidence=confidence, shipped_confidence=shipped)
-        chosen = self.risk.policy(state, policy or self.checker.policy, own=own)
-        return Judged(checked, self.checker.decide(checked, chosen), state)
-
-    async def act(self, result: Result, version: str, judged: Judged) -> Result:
+    async def run(self, result: Result, version: str, judged: Judged) -> Result:
         """Queue what needs a person, audit a sample of what goes out, record the answer.
         Shielded: once written, a caller leaving does not half-finish it."""
         return await asyncio.shield(asyncio.to_thread(self._act, result, version, judged))

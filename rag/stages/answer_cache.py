@@ -25,6 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from guards import Action
 from guards.review import ItemNotFoundError, ReviewError, ReviewStore
 from guards.review.models import normalize_question
+from rag.review_desk.risk import RiskControl
 from rag.settings import Settings
 from rag.types import AskOptions, Result
 
@@ -74,6 +75,25 @@ class AnswerCache:
             repr(judgement),
         ]
         return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+    def find(
+        self,
+        question: str,
+        index: str,
+        version: str,
+        options: AskOptions,
+        request_id: str,
+        risk: RiskControl,
+    ) -> tuple[str | None, Result | None]:
+        """The key of this question (``key``, with the collection's calibration version and
+        certified threshold from ``risk``) and what the cache holds under it (``lookup``); None
+        and None when the cache is off."""
+        if not self.enabled:
+            return None, None
+        state = risk.state(index)
+        threshold = state.choice.threshold if state.choice is not None else None
+        key = self.key(question, index, version, options, (state.version, threshold))
+        return key, self.lookup(key, request_id)
 
     def lookup(self, key: str, request_id: str) -> Result | None:
         """The cached answer as this request's result (its own id; ``cached_from`` names the

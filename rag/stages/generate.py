@@ -50,6 +50,14 @@ class Generation:
     queue_s: float | None
     """The answer request's wait for the engine's first step."""
 
+    def timings(self) -> dict[str, float]:
+        """``generate_s``, then ``time_to_first_token_s`` and ``queue_s`` when known."""
+        found = {
+            "time_to_first_token_s": self.time_to_first_token_s,
+            "queue_s": self.queue_s,
+        }
+        return {"generate_s": self.generate_s, **{k: v for k, v in found.items() if v is not None}}
+
 
 class GenerateStage:
     """Builds the plan and runs it on the engine client."""

@@ -11,10 +11,10 @@ import pytest
 
 from guards import Candidate, ConfidenceModel
 from guards.judge import MAX_LOGIT, JudgeGuard, judge_logit
-from rag.guarding import AnswerChecker
-from rag.judge import JudgeBand, judge_messages, judged_passages
 from rag.pipeline import Pipeline
 from rag.settings import Settings
+from rag.stages.check import AnswerChecker
+from rag.stages.check.judge import JudgeBand, judge_messages, judged_passages
 from rag.types import AskOptions, Passage
 from tests.fakes import HashingEmbedder
 
@@ -175,7 +175,7 @@ def test_the_real_judge_scores_a_supported_answer_above_a_contradicted_one() -> 
         pytest.skip("Qwen2.5-Coder-1.5B parts not installed: make EXTRAS=qwen install")
     from engine import EngineConfig, LLMEngine, as_engine_client
     from rag.background import BackgroundLoop
-    from rag.judge import Judge
+    from rag.stages.check.judge import Judge
 
     engine, _ = as_engine_client(
         LLMEngine(EngineConfig(model="qwen2.5-coder-1.5b", quantization="int8"))
@@ -205,7 +205,8 @@ def test_a_generator_without_a_tokenizer_cannot_judge(
     with caplog.at_level("WARNING"):
         pipeline = Pipeline(qwen, HashingEmbedder(), ScriptedGenerator())
     try:
-        assert pipeline.judge is None and "the judge is off" in caplog.text
+        assert pipeline.check is not None and pipeline.check.judge is None
+        assert "the judge is off" in caplog.text
     finally:
         pipeline.close()
     asked = qwen.updated(**{"judge_model": "generator"})
@@ -216,15 +217,15 @@ def test_a_generator_without_a_tokenizer_cannot_judge(
 def test_a_profile_s_fitted_thresholds_apply_unless_set(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import rag.guarding
+    import rag.stages.check.checker
 
     fitted = ConfidenceModel({"token_prob": 1.0}, bias=0.0, calibrated=True)
     fitted.notes.update({"abstain_below": 0.3, "review_below": 0.5})
     path = tmp_path / "confidence-qwen2.5-coder-1.5b.json"
     fitted.save(path)
-    real = rag.guarding.shipped_confidence_path
+    real = rag.stages.check.checker.shipped_confidence_path
     monkeypatch.setattr(
-        rag.guarding,
+        rag.stages.check.checker,
         "shipped_confidence_path",
         lambda model, judged=False: path if not judged else real(model, judged=True),
     )

@@ -295,9 +295,9 @@ def test_the_speculative_settings_reach_the_engine_config(monkeypatch: pytest.Mo
 def test_the_system_prompt_is_a_setting_and_self_verification_shares_it(
     pipeline: Pipeline, settings: Settings
 ) -> None:
+    from rag.stages.check.verification import SelfVerifier
     from rag.stages.generate import GenerateStage
     from rag.types import AskOptions
-    from rag.verification import SelfVerifier
 
     rule = "Answer in three words from the passages below."
     custom = settings.updated(**{"system_prompt": rule})

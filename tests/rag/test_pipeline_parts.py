@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from guards import Guard, GuardContext, GuardResult, Outcome
-from rag.guarding import AnswerChecker
 from rag.pipeline import Pipeline
 from rag.retrieval.collection import CollectionRegistry
 from rag.settings import Settings
 from rag.stages import RetrieveStage
+from rag.stages.check import AnswerChecker
 from rag.types import AskOptions
 from tests.fakes import HashingEmbedder, ScriptedGenerator
 

@@ -28,9 +28,9 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
     from engine import LLMEngine, RequestOutput
-    from rag.guarding import Checked
     from rag.pipeline import Pipeline
     from rag.server.state import ServerState
+    from rag.stages.check import Checked
 
 QUESTION = "What does a KV cache avoid recomputing?"
 

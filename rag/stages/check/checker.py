@@ -1,5 +1,6 @@
-"""The check stage: runs the guards on a generated answer and scores its confidence. The decide
-stage is the policy (``AnswerChecker.decide``), with a request's own thresholds if it gave any."""
+"""The checker: runs the guards on a generated answer and scores its confidence (the first stage),
+re-scores it with the judge's verdict (the second stage), and holds the configured policy that
+the decide stage applies, with a request's own thresholds if it gave any (``policy_for``)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from rag.settings import Settings
 from rag.types import AskOptions, GuardReport, Passage
 
 logger = logging.getLogger(__name__)
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 DEFAULT_CONFIDENCE_MODEL = DATA / "confidence.json"
 """Fitted on labelled development answers by ``benchmarks/judgement.py --write-model``."""
 

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Literal
 from engine import EngineClient, ModelLoadError, ModelNotFoundError, build_engine_client
 from rag.citations import attribute
 from rag.errors import InvalidInputError
+from rag.stages.check.verification import YesNoReader
 from rag.types import Passage
-from rag.verification import YesNoReader
 
 if TYPE_CHECKING:
-    from rag.guarding import AnswerChecker
     from rag.settings import Settings
+    from rag.stages.check.checker import AnswerChecker
 
 logger = logging.getLogger(__name__)
 
