@@ -45,7 +45,7 @@ def _load(state: ServerState) -> None:
         state.settings, require_index=False, reviews=state.reviews, serving=True
     )
     _watch(state, pipeline)
-    state.pipeline = pipeline
+    state.hold(pipeline)
 
 
 def _watch(state: ServerState, pipeline: Pipeline) -> None:

@@ -28,7 +28,7 @@ from rag.server.schemas import (
     IndexOut,
     IngestResponse,
 )
-from rag.server.state import PipelineDep, SettingsDep
+from rag.server.state import CollectionsDep, SettingsDep
 
 logger = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1", tags=["documents"])
@@ -109,19 +109,19 @@ def _validation_message(exc: ValidationError) -> str:
     openapi_extra=_UPLOAD_BODY,
 )
 async def add_document(
-    request: Request, pipeline: PipelineDep, settings: SettingsDep, index: IndexQuery = None
+    request: Request, collections: CollectionsDep, settings: SettingsDep, index: IndexQuery = None
 ) -> IngestResponse:
     """Add or replace a document (unchanged documents are skipped); creates the index if needed."""
     documents = await _read_documents(request, settings.server.max_upload_bytes)
     name = index or settings.retrieval.index_name
-    collection = await run_in_threadpool(pipeline.collections.get, name, create=True)
+    collection = await run_in_threadpool(collections.get, name, create=True)
     report = await run_in_threadpool(collection.ingest, documents)
     return IngestResponse.from_report(name, report)
 
 
 @router.get("/documents", response_model=DocumentList, responses=_ERRORS)
 async def list_documents(
-    pipeline: PipelineDep,
+    collections: CollectionsDep,
     settings: SettingsDep,
     index: IndexQuery = None,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
@@ -131,7 +131,7 @@ async def list_documents(
     name = index or settings.retrieval.index_name
 
     def page() -> DocumentList:
-        collection = pipeline.collections.get(name)
+        collection = collections.get(name)
         docs = collection.documents(offset=offset, limit=limit)
         return DocumentList(
             index=name,
@@ -147,27 +147,25 @@ async def list_documents(
 @router.delete("/documents/{doc_id:path}", status_code=204, responses=_ERRORS)
 async def delete_document(
     doc_id: Annotated[str, Path(max_length=512)],
-    pipeline: PipelineDep,
+    collections: CollectionsDep,
     settings: SettingsDep,
     index: IndexQuery = None,
 ) -> Response:
     """Delete a document and its chunks."""
-    collection = await run_in_threadpool(
-        pipeline.collections.get, index or settings.retrieval.index_name
-    )
+    collection = await run_in_threadpool(collections.get, index or settings.retrieval.index_name)
     await run_in_threadpool(collection.delete, doc_id)
     return Response(status_code=204)
 
 
 @router.get("/indexes", response_model=list[IndexOut], tags=["indexes"], responses=_ERRORS)
-async def list_indexes(pipeline: PipelineDep) -> list[IndexOut]:
+async def list_indexes(collections: CollectionsDep) -> list[IndexOut]:
     """Every readable index under the server's index folder (others are logged and skipped)."""
 
     def describe_all() -> list[IndexOut]:
         described = []
-        for name in pipeline.collections.names():
+        for name in collections.names():
             try:
-                described.append(IndexOut.from_info(pipeline.collections.get(name).info()))
+                described.append(IndexOut.from_info(collections.get(name).info()))
             except RagGuardError as exc:
                 logger.warning("index %s is not listed: %s", name, exc)
         return described
@@ -176,8 +174,6 @@ async def list_indexes(pipeline: PipelineDep) -> list[IndexOut]:
 
 
 @router.get("/indexes/{name}", response_model=IndexOut, tags=["indexes"], responses=_ERRORS)
-async def get_index(name: Annotated[IndexName, Path()], pipeline: PipelineDep) -> IndexOut:
+async def get_index(name: Annotated[IndexName, Path()], collections: CollectionsDep) -> IndexOut:
     """How an index was built and what it holds."""
-    return await run_in_threadpool(
-        lambda: IndexOut.from_info(pipeline.collections.get(name).info())
-    )
+    return await run_in_threadpool(lambda: IndexOut.from_info(collections.get(name).info()))

@@ -41,18 +41,17 @@ async def readyz(state: StateDep, request: Request) -> ReadyOut | JSONResponse:
 
 
 def _readiness(state: ServerState) -> ReadyOut:
-    if state.pipeline is None:
+    if state.pipeline is None or state.engine is None or state.collections is None:
         return ReadyOut(status="failed" if state.load_error else "loading", error=state.load_error)
-    pipeline = state.pipeline
     try:
-        pipeline.engine.check_health()
+        state.engine.check_health()
     except EngineStartingError as exc:  # a remote generator still starting or reconnecting
         return ReadyOut(status="waiting", error=str(exc))
     except EngineUnavailableError as exc:
         return ReadyOut(status="failed", error=str(exc))
     return ReadyOut(
         status="ready",
-        model=pipeline.engine.model_name,
-        embedding_model=pipeline.embedder.model_id,
-        indexes=pipeline.collections.names(),
+        model=state.engine.model_name,
+        embedding_model=state.pipeline.embedder.model_id,
+        indexes=state.collections.names(),
     )
