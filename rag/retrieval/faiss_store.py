@@ -1,6 +1,6 @@
 """The FAISS half of an index: one in-memory FAISS index, its per-generation file, GPU search.
 
-The SQLite database (``rag.retrieval.index``) is the source of truth; this store is a cache of
+The SQLite database (``rag.retrieval.chunk_db``) is the source of truth; this store is a cache of
 its vectors that can always be rebuilt from it. Ids are the database's chunk row ids.
 """
 
