@@ -16,6 +16,7 @@ from rag.server.openai.reply import Reply
 from rag.server.openai.schemas import GenerationRequest, Grounding, PromptTokensDetails, Usage
 from rag.server.openai.sse import done, json_response
 from rag.server.schemas import AskResponse
+from rag.stages.check import AnswerChecker
 from rag.types import AskEvent, AskOptions, Result, ResultEvent, TokenEvent, result_of
 
 
@@ -42,14 +43,16 @@ def _grounded_finish(result: Result) -> str:
 async def answer_grounded(
     call: Call,
     pipeline: Pipeline,
+    checker: AnswerChecker | None,
     reply: Reply,
     question: str,
     options: AskOptions,
     body: GenerationRequest,
 ) -> Response:
-    """The grounded model's answer to ``question``, whole or streamed (``body.stream``)."""
-    if pipeline.checker is not None:
-        pipeline.checker.policy_for(options)  # bad thresholds: a 400 now, not a stream error
+    """The grounded model's answer to ``question``, whole or streamed (``body.stream``);
+    ``checker`` (the pipeline's, None with guards off) refuses bad thresholds up front."""
+    if checker is not None:
+        checker.policy_for(options)  # bad thresholds: a 400 now, not a stream error
     if body.stream:
 
         def events(waited_s: float) -> AsyncGenerator[ServerSentEvent, None]:

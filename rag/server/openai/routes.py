@@ -18,8 +18,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from engine import SamplingParams
-from rag.pipeline import Pipeline
+from engine import EngineClient, SamplingParams
 from rag.server.calls import Call, CallDep
 from rag.server.openai.errors import OpenAIAPIError, OpenAIRoute
 from rag.server.openai.grounded import answer_grounded
@@ -38,7 +37,7 @@ from rag.server.openai.schemas import (
     ModelList,
     OpenAIErrorOut,
 )
-from rag.server.state import PipelineDep
+from rag.server.state import CheckerDep, EngineDep, PipelineDep
 from rag.types import AskOptions
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
@@ -63,40 +62,40 @@ _STREAMED: dict[int | str, dict[str, Any]] = {
 router = APIRouter(prefix="/v1", tags=["openai"], route_class=OpenAIRoute)
 
 
-def _model_ids(pipeline: Pipeline) -> list[str]:
-    return [pipeline.engine.model_name, GROUNDED_MODEL]
+def _model_ids(engine: EngineClient) -> list[str]:
+    return [engine.model_name, GROUNDED_MODEL]
 
 
-def _card(model_id: str, pipeline: Pipeline) -> ModelCard:
-    context = pipeline.engine.max_model_len if model_id == pipeline.engine.model_name else None
+def _card(model_id: str, engine: EngineClient) -> ModelCard:
+    context = engine.max_model_len if model_id == engine.model_name else None
     return ModelCard(id=model_id, created=_STARTED, owned_by="ragguard", max_model_len=context)
 
 
-def _check_model(pipeline: Pipeline, model: str) -> bool:
+def _check_model(engine: EngineClient, model: str) -> bool:
     """Whether ``model`` is the grounded model; 404 when it is neither id served."""
     if model == GROUNDED_MODEL:
         return True
-    if model == pipeline.engine.model_name:
+    if model == engine.model_name:
         return False
     raise OpenAIAPIError(
         404,
-        f"the model {model!r} does not exist; this server has {_model_ids(pipeline)}",
+        f"the model {model!r} does not exist; this server has {_model_ids(engine)}",
         param="model",
         code="model_not_found",
     )
 
 
 @router.get("/models", response_model=ModelList, responses=_ERRORS)
-async def list_models(pipeline: PipelineDep) -> ModelList:
+async def list_models(engine: EngineDep) -> ModelList:
     """The loaded model (raw generation) and ``ragguard`` (grounded answers)."""
-    return ModelList(data=[_card(m, pipeline) for m in _model_ids(pipeline)])
+    return ModelList(data=[_card(m, engine) for m in _model_ids(engine)])
 
 
 @router.get("/models/{model_id:path}", response_model=ModelCard, responses=_ERRORS)
-async def retrieve_model(model_id: str, pipeline: PipelineDep) -> ModelCard:
+async def retrieve_model(model_id: str, engine: EngineDep) -> ModelCard:
     """One model by id; 404 for an id this server does not serve."""
-    _check_model(pipeline, model_id)
-    return _card(model_id, pipeline)
+    _check_model(engine, model_id)
+    return _card(model_id, engine)
 
 
 # ============================================================ completions
@@ -105,10 +104,16 @@ async def retrieve_model(model_id: str, pipeline: PipelineDep) -> ModelCard:
     response_model=CompletionResponse,
     responses=_STREAMED,
 )
-async def completions(body: CompletionRequest, call: CallDep, pipeline: PipelineDep) -> Response:
+async def completions(
+    body: CompletionRequest,
+    call: CallDep,
+    engine: EngineDep,
+    pipeline: PipelineDep,
+    checker: CheckerDep,
+) -> Response:
     """Complete one prompt or a list of them (``n`` choices each, indexed on across prompts).
     With ``model: "ragguard"`` the prompt is a question answered from the index."""
-    is_grounded = _check_model(pipeline, body.model)
+    is_grounded = _check_model(engine, body.model)
     if body.echo:
         raise OpenAIAPIError(400, "echo is not supported", param="echo")
     if body.suffix:
@@ -127,10 +132,10 @@ async def completions(body: CompletionRequest, call: CallDep, pipeline: Pipeline
             )
         options = _grounded_options(body, body.max_tokens, logprobs=body.logprobs is not None)
         reply = _grounded_reply(call, chat=False, include_usage=body.include_usage)
-        return await answer_grounded(call, pipeline, reply, prompts[0], options, body)
+        return await answer_grounded(call, pipeline, checker, reply, prompts[0], options, body)
     params = _sampling(body, body.max_tokens, COMPLETIONS_DEFAULT_MAX_TOKENS, body.logprobs)
-    job = _raw_job(pipeline, body, chat=False, top_k=body.logprobs)
-    return await _generate(call, pipeline, job, prompts, params, body)
+    job = _raw_job(engine, body, chat=False, top_k=body.logprobs)
+    return await _generate(call, engine, job, prompts, params, body)
 
 
 @router.post(
@@ -139,11 +144,15 @@ async def completions(body: CompletionRequest, call: CallDep, pipeline: Pipeline
     responses=_STREAMED,
 )
 async def chat_completions(
-    body: ChatCompletionRequest, call: CallDep, pipeline: PipelineDep
+    body: ChatCompletionRequest,
+    call: CallDep,
+    engine: EngineDep,
+    pipeline: PipelineDep,
+    checker: CheckerDep,
 ) -> Response:
     """Answer a conversation in the model's chat format. With ``model: "ragguard"`` the last
     user message is answered from the index, with citations and the guards' decision."""
-    is_grounded = _check_model(pipeline, body.model)
+    is_grounded = _check_model(engine, body.model)
     if body.tools:
         raise OpenAIAPIError(400, "tools are not supported", param="tools")
     if body.top_logprobs is not None and not body.logprobs:
@@ -162,12 +171,12 @@ async def chat_completions(
             )
         options = _grounded_options(body, max_tokens, logprobs=body.logprobs)
         reply = _grounded_reply(call, chat=True, include_usage=body.include_usage)
-        return await answer_grounded(call, pipeline, reply, users[-1], options, body)
+        return await answer_grounded(call, pipeline, checker, reply, users[-1], options, body)
     top_k = (body.top_logprobs or 0) if body.logprobs else None
-    params = _sampling(body, max_tokens, pipeline.settings.generation.max_tokens, top_k)
-    prompt = pipeline.engine.apply_chat_template(messages)
-    job = _raw_job(pipeline, body, chat=True, top_k=top_k)
-    return await _generate(call, pipeline, job, [prompt], params, body)
+    params = _sampling(body, max_tokens, call.state.settings.generation.max_tokens, top_k)
+    prompt = engine.apply_chat_template(messages)
+    job = _raw_job(engine, body, chat=True, top_k=top_k)
+    return await _generate(call, engine, job, [prompt], params, body)
 
 
 def _grounded_reply(call: Call, *, chat: bool, include_usage: bool) -> Reply:
@@ -177,23 +186,23 @@ def _grounded_reply(call: Call, *, chat: bool, include_usage: bool) -> Reply:
 
 
 def _raw_job(
-    pipeline: Pipeline, body: GenerationRequest, *, chat: bool, top_k: int | None
+    engine: EngineClient, body: GenerationRequest, *, chat: bool, top_k: int | None
 ) -> RawJob:
     reply = Reply(chat=chat, model=body.model, include_usage=body.include_usage)
-    tokens = Tokens(pipeline.engine.tokenizer)
+    tokens = Tokens(engine.tokenizer)
     return RawJob(reply=reply, n=body.n, stops=body.stop_list, top_k=top_k, tokens=tokens)
 
 
 async def _generate(
     call: Call,
-    pipeline: Pipeline,
+    engine: EngineClient,
     job: RawJob,
     prompts: list[str],
     params: SamplingParams,
     body: GenerationRequest,
 ) -> Response:
-    timeout_s = pipeline.settings.server.request_timeout_s
-    return await generate_raw(call, pipeline.engine, job, prompts, params, body, timeout_s)
+    timeout_s = call.state.settings.server.request_timeout_s
+    return await generate_raw(call, engine, job, prompts, params, body, timeout_s)
 
 
 def _message(message: ChatMessage, position: int) -> dict[str, str]:
