@@ -34,7 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from guards.review import NewItem, Resolution, ReviewStore  # noqa: E402
+from guards.review import NewItem, Resolution, ReviewStore, intake  # noqa: E402
 
 SCHEMA_3_INDEXES = (
     "review_by_gold",
@@ -72,7 +72,8 @@ def build(path: Path, num_items: int) -> None:
         for i in range(num_items):
             version = i * NUM_VERSIONS // num_items
             gold_id = gold_ids[i % 50] if i % 10 == 9 else None
-            store._insert(cur, flagged(f"question {i}?", version), float(i), 0.4, gold_id=gold_id)
+            new = flagged(f"question {i}?", version)
+            intake.insert(cur, new, float(i), 0.4, store.sla_s, gold_id=gold_id)
     store.close()
 
 
