@@ -266,7 +266,7 @@ def test_an_unknown_quantization_setting_is_refused(monkeypatch: pytest.MonkeyPa
 
     from rag.settings import Settings
 
-    monkeypatch.setenv("RAGGUARD_QUANTIZATION", "int4")
+    monkeypatch.setenv("RAGGUARD_QUANTIZATION", "int3")
     with pytest.raises(ValidationError, match="int8"):
         Settings(_env_file=None)
 
