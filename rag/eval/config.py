@@ -20,6 +20,7 @@ from typing import Any
 
 from rag.errors import InvalidInputError
 from rag.settings import Settings
+from rag.settings.sources import KEYWORDS
 
 DEFAULT_NAME = "default"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -69,7 +70,7 @@ def load_config(path: Path) -> EvalConfig:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise InvalidInputError(f"{path}: invalid TOML ({exc})") from exc
-    known = Settings(_env_file=None).flat()
+    known = KEYWORDS  # every name Settings takes as a flat keyword
     unknown = sorted(set(data) - set(known))
     if unknown:
         raise InvalidInputError(
