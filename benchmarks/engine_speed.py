@@ -1,7 +1,7 @@
 """Engine benchmarks: our paged-KV continuous-batching engine against transformers ``generate``.
 
     python benchmarks/engine_speed.py            # full run (about 15 minutes on 2 cores)
-    python benchmarks/engine_speed.py --quick    # the same seven, smaller
+    python benchmarks/engine_speed.py --quick    # the same nine, smaller
     python benchmarks/engine_speed.py --only f,g # some of them
 
 a. RAG-shaped load: requests with 150-600-token prompts and 64-128 output tokens arriving at once;
@@ -24,6 +24,11 @@ h. Beam search, k = 4, four beams returned, against ``transformers.generate(num_
    the same parity prompts, alternated: total time and identical beams.
 (i, RAG prefill: the prompt's layout and the prefix cache on a stream of related questions, and
 prefill against ``torch.mm``, is ``benchmarks/rag_prefill.py``: it needs an index.)
+j. llama.cpp as a CPU anchor (optional: llama-cpp-python, ``benchmarks/llama_cpp_anchor.py``):
+   the same GGUF with as many threads as torch, beside ours in float32 and int8, alternated:
+   (c)'s batch-1 decode (decode tokens/s and with the prefill, median of 3) and (g)'s RAG
+   answers (up to 64 tokens, greedy, one at a time); ratios ours / llama.cpp. Without the
+   package it prints one line and the run goes on.
 
 With ``--device cuda --cuda-graphs``, (a) and (c) also run our engine with decode steps replayed as
 CUDA graphs (``ours-cuda-graphs``), side by side with the eager engine; GPU runs report peak GPU
@@ -508,6 +513,33 @@ def bench_beam_search(engine: Any, count: int, max_tokens: int) -> dict[str, Any
     }
 
 
+def bench_llama_cpp(engine: Any, data_dir: Path, stream: list[int], quick: bool) -> dict[str, Any]:
+    """(j): llama.cpp on the GGUF ``engine`` loaded, beside it (float32) and an int8 engine;
+    ``{"skipped": line}`` where it cannot run (see ``benchmarks/llama_cpp_anchor.py``)."""
+    import torch
+
+    from benchmarks import llama_cpp_anchor as anchor
+    from engine import EngineConfig, LLMEngine
+
+    gguf = anchor.engine_gguf(engine)
+    skipped = anchor.skip_reason(DEVICE, gguf)
+    if skipped is not None or gguf is None:
+        return {"skipped": skipped}
+    int8 = LLMEngine(
+        EngineConfig(device=DEVICE, kv_cache_memory_bytes=256 << 20, quantization="int8")
+    )
+    prompts = rag_answer_prompts(data_dir, engine.apply_chat_template, 4 if quick else 16)
+    return anchor.bench(
+        anchor.import_llama_cpp(),
+        gguf,
+        {"float": engine, "int8": int8},
+        stream[3000:3197],  # (c)'s prompt
+        32 if quick else 128,
+        [engine.prompts.encode(p) for p in prompts],
+        torch.get_num_threads(),
+    )
+
+
 def run_worker(variant: str, requests_file: Path) -> dict[str, Any]:
     cmd = [
         sys.executable,
@@ -527,7 +559,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller versions of the same")
     parser.add_argument(
-        "--only", default="abcdefgh", help="sections to run, e.g. f,g (default: all of a-h)"
+        "--only",
+        default="abcdefghj",
+        help="sections to run, e.g. f,g (default: all of a-h and j)",
     )
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -547,8 +581,8 @@ def main() -> None:
         print(json.dumps(worker_load(args)))
         return
     sections = {c for c in args.only.replace(",", "") if c.strip()}
-    if not sections or not sections <= set("abcdefgh"):
-        parser.error("--only takes letters a to h")
+    if not sections or not sections <= set("abcdefghj"):
+        parser.error("--only takes letters a to h and j")
 
     import tempfile
 
@@ -645,6 +679,8 @@ def main() -> None:
         results["h_beam_search"] = h = bench_beam_search(engine, 8 if q else 21, 16 if q else 32)
         targets["h_beam>=2x_hf"] = h["ours_over_hf"] >= 2
         targets["h_identical"] = h["identical"] == h["num_prompts"]
+    if "j" in sections:
+        results["j_llama_cpp"] = bench_llama_cpp(engine, args.data_dir, stream, q)
     if load:
         print(f"\n(a) {num_requests} RAG-shaped requests, output tokens/s and peak RSS")
         for v, r in load.items():
@@ -657,6 +693,9 @@ def main() -> None:
             print(f"  {k}: {v:.2f}x")
     for key, figures in results.items():
         if key == "a_rag_load":
+            continue
+        if "skipped" in figures:
+            print(f"({key[0]}) {figures['skipped']}")
             continue
         print(
             f"({key[0]}) "

