@@ -104,6 +104,9 @@ class BlockManager:
             seq.block_table.append(block_id)
         seq.num_cached_tokens = num_hits * self.block_size
         seq.num_computed_tokens = seq.num_cached_tokens
+        # A draft model's cache is paged by the same blocks and fills prompt blocks alongside
+        # the target's (``engine.draft_model``): a cached prefix is cached for it too.
+        seq.num_draft_computed_tokens = seq.num_cached_tokens
         if seq.num_prompt_cached_tokens is None:
             seq.num_prompt_cached_tokens = min(seq.num_cached_tokens, seq.num_prompt_tokens)
 
@@ -174,6 +177,7 @@ class BlockManager:
             self.blocks[block_id].ref_count += 1
         child.num_computed_tokens = parent.num_computed_tokens
         child.num_cached_tokens = parent.num_cached_tokens
+        child.num_draft_computed_tokens = parent.num_draft_computed_tokens
         child.num_prompt_cached_tokens = parent.num_prompt_cached_tokens
 
     def free(self, seq: Sequence) -> None:
@@ -187,6 +191,7 @@ class BlockManager:
         seq.block_table = []
         seq.num_computed_tokens = 0
         seq.num_cached_tokens = 0
+        seq.num_draft_computed_tokens = 0
 
     def register_computed_blocks(self, seq: Sequence) -> None:
         """Publish ``seq``'s full, computed blocks in the prefix cache."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
 _QUANTIZATIONS = (None, "int8", "int4")
-_SPECULATIVE = (None, "prompt_lookup")
+_SPECULATIVE = (None, "prompt_lookup", "draft", "draft+prompt_lookup")
 
 
 @dataclass(slots=True)
@@ -56,17 +56,27 @@ class EngineConfig:
     """None decodes one token per step; "prompt_lookup" also computes up to
     ``num_speculative_tokens`` guesses copied from the sequence's own prompt and output (after
     the latest earlier occurrence of its newest n-gram) and keeps those the model agrees with:
-    the same greedy tokens (the same distribution when sampling) in fewer steps."""
+    the same greedy tokens (the same distribution when sampling) in fewer steps. "draft" takes
+    the guesses from a smaller model (``draft_model``); "draft+prompt_lookup" from prompt
+    lookup when it finds a match, else from the draft model."""
     num_speculative_tokens: int = 6
     """Prompt lookup: draft length k."""
+    draft_model: str | None = None
+    """speculative="draft": the draft model (a profile, GGUF file or model directory) that
+    proposes ``num_draft_tokens`` tokens a step for the target to verify in one pass; it must
+    share the target's tokenizer (checked at load), and runs in the target's dtype and
+    quantization. "draft+prompt_lookup" asks prompt lookup first and the draft model when it
+    finds nothing."""
+    num_draft_tokens: int = 4
+    """Draft model: draft length k (k passes of the draft model per target step)."""
     prompt_lookup_max: int = 3
     """Prompt lookup: longest n-gram matched (tried first)."""
     prompt_lookup_min: int = 2
     """Prompt lookup: shortest n-gram matched (a single recurring token guesses badly: 17-27%
     of such drafts were accepted on RAG answers, against 31-54% from two or more)."""
     speculative_max_seqs: int = 4
-    """Prompt lookup drafts only while at most this many sequences decode: a larger batch
-    already keeps the machine busy (docs/benchmarks.md, engine (g))."""
+    """Speculation (of any kind) drafts only while at most this many sequences decode: a larger
+    batch already keeps the machine busy (docs/benchmarks.md, engine (g))."""
     cuda_graphs: bool = False
     """Replay decode steps as CUDA graphs (CUDA only): one launch per step instead of hundreds,
     for decode batches up to ``max_num_seqs``. Each shape bucket is captured the first time it
@@ -87,6 +97,11 @@ class EngineConfig:
             )
         if self.speculative not in _SPECULATIVE:
             raise ValueError(f"speculative must be one of {_SPECULATIVE}, got {self.speculative!r}")
+        uses_draft_model = self.speculative in ("draft", "draft+prompt_lookup")
+        if uses_draft_model and not self.draft_model:
+            raise ValueError(f"speculative={self.speculative!r} needs a draft_model")
+        if self.num_draft_tokens < 1:
+            raise ValueError(f"num_draft_tokens must be >= 1, got {self.num_draft_tokens}")
         if self.speculative is not None:
             from engine.speculative import PromptLookup
 

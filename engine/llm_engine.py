@@ -8,7 +8,6 @@ import time
 import uuid
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
-from pathlib import Path
 
 import torch
 
@@ -16,15 +15,14 @@ from engine.beam_search import BeamSearch
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.cuda_usage import cuda_monitor
-from engine.errors import ModelLoadError
-from engine.model_loader import load_config_and_tokenizer, load_state_dict, resolve_model
+from engine.draft_model import ModelDrafter, check_same_tokenizer
+from engine.loaded_model import load_model
 from engine.model_runner import ModelRunner
-from engine.models.llama import SUPPORTED_MODEL_TYPES, LlamaForCausalLM
 from engine.output_processor import OutputProcessor
 from engine.outputs import FinishReason, RequestOutput, RequestTiming
 from engine.prompts import Prompt, PromptFacade, PromptTokenizer, eos_token_ids
 from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.scheduler import ScheduledBatch, Scheduler
 from engine.sequence import Request, Sequence
 from engine.speculative import PromptLookup
 from engine.stats import EngineStats
@@ -42,31 +40,23 @@ class LLMEngine(PromptFacade):
         self.device = config.resolved_device()
         if config.cuda_graphs and not self.device.startswith("cuda"):
             raise ValueError(f"cuda_graphs needs a CUDA device; the engine runs on {self.device}")
-        self.source = resolve_model(
-            config.model, allow_hub=config.allow_hub, cache_dir=config.cache_dir
-        )
-        directory, hf_config, tokenizer, generation_config = load_config_and_tokenizer(
-            self.source, config.cache_dir
-        )
-        if getattr(hf_config, "model_type", None) not in SUPPORTED_MODEL_TYPES:
-            raise ModelLoadError(
-                f"the engine runs {SUPPORTED_MODEL_TYPES} models, not {hf_config.model_type!r}: "
-                "use the transformers backend ('hf')"
-            )
-        self.eos_token_ids = eos_token_ids(generation_config, tokenizer)
+        loaded = load_model(config.model, config, self.device)
+        self.source, model = loaded.source, loaded.model
+        hf_config, tokenizer = loaded.hf_config, loaded.tokenizer
+        self.eos_token_ids = eos_token_ids(loaded.generation_config, tokenizer)
+        self.model = model
         dtype = getattr(torch, config.resolved_dtype())
-        model = LlamaForCausalLM(hf_config)
-        model.load_weights(load_state_dict(Path(directory)))
-        self.model = model.to(device=self.device, dtype=dtype).eval()
-        if config.quantization == "int8":
-            model.quantize_int8()
-        elif config.quantization == "int4":
-            model.quantize_int4()
         self.prompts = PromptTokenizer(
             tokenizer, config.max_model_len or int(hf_config.max_position_embeddings)
         )
         self.stopping = StopChecker(self.eos_token_ids, self.max_model_len, self.prompts.decode)
+        draft = None
+        if config.speculative in ("draft", "draft+prompt_lookup"):
+            draft = load_model(config.draft_model, config, self.device)
+            check_same_tokenizer(tokenizer, draft.tokenizer, draft.source.name)
         per_block = ModelRunner.kv_bytes_per_block(model, config.block_size, dtype)
+        if draft is not None:  # the draft's cache is paged by the same blocks
+            per_block += ModelRunner.kv_bytes_per_block(draft.model, config.block_size, dtype)
         # With CUDA graphs one block of the budget is the graphs' scratch block.
         num_blocks = max(1, config.kv_cache_memory_bytes // per_block - int(config.cuda_graphs))
         self.block_manager = BlockManager(
@@ -78,7 +68,7 @@ class LLMEngine(PromptFacade):
                 config.prompt_lookup_max,
                 config.prompt_lookup_min,
             )
-            if config.speculative == "prompt_lookup"
+            if config.speculative in ("prompt_lookup", "draft+prompt_lookup")
             else None
         )
         self.scheduler = Scheduler(
@@ -88,6 +78,7 @@ class LLMEngine(PromptFacade):
             reserve_max_tokens=config.reserve_max_tokens,
             max_model_len=self.max_model_len,
             propose=proposer.propose if proposer else None,
+            num_model_draft_tokens=config.num_draft_tokens if draft is not None else 0,
             max_speculative_seqs=config.speculative_max_seqs,
         )
         max_blocks_per_seq = -(-self.max_model_len // config.block_size)
@@ -98,6 +89,18 @@ class LLMEngine(PromptFacade):
             self.device,
             dtype,
             decode_graphs=(config.max_num_seqs, max_blocks_per_seq) if config.cuda_graphs else None,
+        )
+        self.drafter = (
+            ModelDrafter(
+                draft.model,
+                num_blocks,
+                config.block_size,
+                self.device,
+                dtype,
+                int(hf_config.vocab_size),
+            )
+            if draft is not None
+            else None
         )
         self._requests: dict[str, Request] = {}
         self._sinks: dict[str, OutputSink] = {}
@@ -259,6 +262,8 @@ class LLMEngine(PromptFacade):
                 timing = self._requests[seq.request_id].timing
                 timing.first_scheduled_time = timing.first_scheduled_time or now
             self.runner.copy_blocks(self.block_manager.pending_copies)
+            if self.drafter is not None:
+                self._draft(batch)
             self.block_manager.pending_copies.clear()
             sampling, logits = self.runner.run(batch)
             for seq, num_tokens in batch.items:
@@ -273,6 +278,16 @@ class LLMEngine(PromptFacade):
             for out in outputs:
                 self._deliver(out)
             return outputs
+
+    def _draft(self, batch: ScheduledBatch) -> None:
+        """The draft model's share of a step: the same copies and prompt chunks into its cache,
+        then its guesses for the sequences the scheduler made room for."""
+        assert self.drafter is not None
+        self.drafter.copy_blocks(self.block_manager.pending_copies)
+        self.drafter.mirror(batch)
+        drafting = [seq for seq, _ in batch.items if seq.num_model_draft_tokens]
+        if drafting:
+            self.drafter.propose(drafting)
 
     def _collect(self, output: RequestOutput) -> None:
         """Sink of ``generate``: keep finished outputs for the caller that waits on them."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from engine.cuda_graphs import DecodeGraphs
@@ -14,6 +16,21 @@ DECODE_GROUP_MIN_SIZE = 16
 """Decodes are split into groups of similar context length only while each keeps this many:
 a group costs a few small kernel calls per layer, padding costs copies and attention work."""
 DECODE_GROUPS_MAX = 4
+
+
+@dataclass(frozen=True, slots=True)
+class TokenSpan:
+    """Consecutive tokens of one sequence to compute into the cache in a step."""
+
+    token_ids: list[int]
+    start: int
+    """Position of the first; the cache holds every position before it."""
+    block_table: list[int]
+    num_logit_rows: int = 0
+    """How many of the span's last positions return logits (0: none)."""
+    decode: bool = False
+    """A short query after a cached context (a decode, perhaps with draft tokens): decodes are
+    batched in groups of similar context length."""
 
 
 class ModelRunner:
@@ -132,15 +149,42 @@ class ModelRunner:
                     [s.block_table for s in seqs],
                 )
                 return seqs, logits
-        input_ids, positions, meta, last_rows, sampling = self._prepare(batch)
+        spans: list[TokenSpan] = []
+        sampling: list[Sequence] = []
+        for seq, num_tokens in batch.items:
+            start = seq.num_computed_tokens
+            end = start + num_tokens
+            draft = seq.draft_token_ids
+            tokens = (seq.token_ids + draft)[start:end] if draft else seq.token_ids[start:end]
+            # The last real token, and any drafts after it, give logits.
+            ends = end >= len(seq)
+            spans.append(
+                TokenSpan(
+                    tokens,
+                    start,
+                    seq.block_table,
+                    1 + len(draft) if ends else 0,
+                    decode=num_tokens == 1 or bool(draft),
+                )
+            )
+            if ends:
+                sampling.append(seq)
+        logits = self.forward(spans)
+        return sampling, logits
+
+    @torch.inference_mode()
+    def forward(self, spans: list[TokenSpan]) -> torch.Tensor:
+        """Compute every span's tokens into the cache; the logits of each span's last
+        ``num_logit_rows`` positions, in span order (an empty tensor when none asks)."""
+        input_ids, positions, meta, last_rows = self._prepare(spans)
         hidden = self.model(input_ids, positions, self.kv_caches, meta)
-        if not sampling:
-            return [], torch.empty(0)
-        return sampling, self.model.logits(hidden[last_rows])
+        if last_rows.numel() == 0:
+            return torch.empty(0)
+        return self.model.logits(hidden[last_rows])
 
     def _prepare(
-        self, batch: ScheduledBatch
-    ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor, list[Sequence]]:
+        self, spans: list[TokenSpan]
+    ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor]:
         bs = self.block_size
         token_ids: list[int] = []
         positions: list[int] = []
@@ -148,19 +192,14 @@ class ModelRunner:
         context_lens: list[int] = []
         block_tables: list[list[int]] = []
         last_rows: list[int] = []
-        sampling: list[Sequence] = []
-        for seq, num_tokens in batch.items:
-            start = seq.num_computed_tokens
-            end = start + num_tokens
-            draft = seq.draft_token_ids
-            token_ids += (seq.token_ids + draft)[start:end] if draft else seq.token_ids[start:end]
-            positions += range(start, end)
-            query_lens.append(num_tokens)
+        for span in spans:
+            end = span.start + len(span.token_ids)
+            token_ids += span.token_ids
+            positions += range(span.start, end)
+            query_lens.append(len(span.token_ids))
             context_lens.append(end)
-            block_tables.append(seq.block_table)
-            if end >= len(seq):  # the last real token, and any drafts after it, give logits
-                sampling.append(seq)
-                last_rows += range(len(token_ids) - 1 - len(draft), len(token_ids))
+            block_tables.append(span.block_table)
+            last_rows += range(len(token_ids) - span.num_logit_rows, len(token_ids))
         dev = self.device
         pos = torch.tensor(positions, dtype=torch.long)
         q_lens = torch.tensor(query_lens)
@@ -171,7 +210,7 @@ class ModelRunner:
         groups: list[CausalChunk | PagedGroup] = []
         decodes: list[int] = []
         for i, (n, first) in enumerate(zip(query_lens, starts.tolist(), strict=True)):
-            if n == 1 or batch.items[i][0].draft_token_ids:  # a decode, with or without drafts
+            if spans[i].decode:  # a decode, with or without drafts
                 decodes.append(i)
             elif context_lens[i] == n:  # a prompt's first chunk: nothing cached to read back
                 groups.append(CausalChunk(start=first, length=n))
@@ -190,7 +229,7 @@ class ModelRunner:
             gather_buffers=self.gather_buffers(gathered) if gathered else None,
         )
         input_ids = torch.tensor(token_ids, dtype=torch.long, device=dev)
-        return input_ids, pos.to(dev), meta, torch.tensor(last_rows, device=dev), sampling
+        return input_ids, pos.to(dev), meta, torch.tensor(last_rows, dtype=torch.long, device=dev)
 
 
 def _is_decode_only(batch: ScheduledBatch) -> bool:

@@ -108,17 +108,20 @@ class OutputProcessor:
         accepted ones (their keys and values are already in the cache) and the token after them,
         and give back the slots of the rejected ones."""
         draft, seq.draft_token_ids = seq.draft_token_ids, []
+        draft_probs, seq.draft_probs = seq.draft_probs, None
         prompt_ids = self.requests[seq.request_id].prompt_token_ids
         output_ids = seq.output_token_ids
         rows = [
             SampleRow(seq.params, prompt_ids, output_ids + draft[:j], seq.rng)
             for j in range(len(draft) + 1)
         ]
-        result = verify_draft(logits, rows, draft)
+        result = verify_draft(logits, rows, draft, draft_probs)
         num_accepted = len(result.token_ids) - 1
         self.num_draft_tokens += len(draft)
         self.num_accepted_tokens += num_accepted
         seq.num_computed_tokens += num_accepted
+        # A draft model's cache keeps only what was accepted of what it computed.
+        seq.num_draft_computed_tokens = min(seq.num_draft_computed_tokens, seq.num_computed_tokens)
         for token, logprob, top in zip(
             result.token_ids, result.logprobs, result.top_logprobs, strict=True
         ):

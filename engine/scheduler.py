@@ -14,7 +14,10 @@ to be recomputed.
 With a draft proposer (speculative decoding) a decode also computes the proposer's guesses at its
 next tokens, when the budget and the free blocks allow them without preempting anyone, and while
 no more than ``max_speculative_seqs`` sequences decode: a large batch already keeps the machine
-busy, and every guess rejected there is work taken from another sequence.
+busy, and every guess rejected there is work taken from another sequence. Prompt lookup's guesses
+are known at once; a draft model's (``num_model_draft_tokens``) only once the engine has run it,
+so the scheduler makes room for them and the engine fills them in before the step runs. With
+both, prompt lookup goes first and the draft model drafts when it finds nothing.
 """
 
 from __future__ import annotations
@@ -52,10 +55,12 @@ class Scheduler:
         reserve_max_tokens: bool = False,
         max_model_len: int | None = None,
         propose: Callable[[list[int], int], list[int]] | None = None,
+        num_model_draft_tokens: int = 0,
         max_speculative_seqs: int = 0,
     ):
         """``propose(token_ids, limit)`` returns up to ``limit`` draft tokens to follow
-        ``token_ids``; drafts are asked for while at most ``max_speculative_seqs`` decode."""
+        ``token_ids``; ``num_model_draft_tokens`` is the draft model's k (0: no draft model);
+        drafts are asked for while at most ``max_speculative_seqs`` decode."""
         if max_num_batched_tokens < 1 or max_num_seqs < 1:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
         self.block_manager = block_manager
@@ -67,6 +72,7 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.num_preemptions = 0
         self.propose = propose
+        self.num_model_draft_tokens = num_model_draft_tokens
         self.max_speculative_seqs = max_speculative_seqs
         self.num_steps_without_speculation = 0
         """Steps whose decodes outnumbered ``max_speculative_seqs``, so drafted nothing."""
@@ -100,8 +106,9 @@ class Scheduler:
         # Decodes first (one token each), then prefill chunks: a long prompt never stalls them.
         decoding = [s for s in self.running if s.num_uncomputed_tokens == 1]
         prefilling = [s for s in self.running if s.num_uncomputed_tokens > 1]
-        speculate = self.propose is not None and len(decoding) <= self.max_speculative_seqs
-        if self.propose is not None and decoding and not speculate:
+        drafting = self.propose is not None or self.num_model_draft_tokens > 0
+        speculate = drafting and len(decoding) <= self.max_speculative_seqs
+        if drafting and decoding and not speculate:
             self.num_steps_without_speculation += 1
         for seq in decoding + prefilling:
             if budget == 0:
@@ -111,7 +118,7 @@ class Scheduler:
             num_tokens = min(seq.num_uncomputed_tokens, budget)
             if seq.num_uncomputed_tokens == 1:
                 if speculate and self._draft(seq, budget):
-                    num_tokens += len(seq.draft_token_ids)
+                    num_tokens += len(seq.draft_token_ids) + seq.num_model_draft_tokens
                 elif not self._make_room(seq, batch, scheduled):
                     continue  # it preempted itself
             batch.items.append((seq, num_tokens))
@@ -149,20 +156,25 @@ class Scheduler:
         return needed + reserved <= self.block_manager.num_free_blocks
 
     def _draft(self, seq: Sequence, budget: int) -> bool:
-        """Give a decoding ``seq`` draft tokens and their slots when there is room for them
-        without preempting anyone; False (and no drafts) otherwise. A sequence not yet sampled
-        gets none: its first token forks the request's n samples."""
-        assert self.propose is not None
+        """Give a decoding ``seq`` draft tokens (prompt lookup's) or room for the draft model's,
+        and their slots, when there is room for them without preempting anyone; False (and no
+        drafts) otherwise. A sequence not yet sampled gets none: its first token forks the
+        request's n samples."""
         if seq.num_output_tokens == 0 or seq.params.use_beam_search:
             return False
         limit = min(budget - 1, seq.params.max_tokens - seq.num_output_tokens - 1)
         if self.max_model_len is not None:
             limit = min(limit, self.max_model_len - len(seq) - 1)
-        draft = self.propose(seq.token_ids, limit) if limit > 0 else []
-        if not draft or not self.block_manager.can_append(seq, 1 + len(draft)):
+        if limit < 1:
             return False
-        self.block_manager.append_slot(seq, 1 + len(draft))
+        draft = self.propose(seq.token_ids, limit) if self.propose is not None else []
+        num_model = 0 if draft else min(self.num_model_draft_tokens, limit)
+        num_slots = 1 + len(draft) + num_model
+        if num_slots == 1 or not self.block_manager.can_append(seq, num_slots):
+            return False
+        self.block_manager.append_slot(seq, num_slots)
         seq.draft_token_ids = draft
+        seq.num_model_draft_tokens = num_model
         return True
 
     def _make_room(self, seq: Sequence, batch: ScheduledBatch, scheduled: set[int]) -> bool:
@@ -180,6 +192,7 @@ class Scheduler:
     def _preempt(self, seq: Sequence, batch: ScheduledBatch) -> None:
         self.running.remove(seq)
         seq.draft_token_ids = []
+        seq.num_model_draft_tokens = 0
         self.block_manager.free(seq)
         seq.status = SequenceStatus.WAITING
         self.waiting.appendleft(seq)

@@ -52,6 +52,15 @@ class Sequence:
     draft_token_ids: list[int] = field(default_factory=list)
     """Guesses at the next tokens, computed in this step after the last real token and then
     accepted or rejected (speculative decoding); empty outside a step."""
+    draft_probs: torch.Tensor | None = None
+    """A draft model's distributions the ``draft_token_ids`` were drawn from, a row each (None
+    for prompt lookup's guesses, proposed with certainty)."""
+    num_model_draft_tokens: int = 0
+    """Draft tokens the scheduler made room for this step, for the draft model to propose
+    before the step runs."""
+    num_draft_computed_tokens: int = 0
+    """Tokens whose keys and values are in the draft model's cache (which the sequence's block
+    table pages as it pages the target's); it may lag ``num_computed_tokens``."""
 
     def __len__(self) -> int:
         return len(self.token_ids)

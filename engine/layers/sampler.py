@@ -143,20 +143,49 @@ def sample(logits: torch.Tensor, rows: list[SampleRow]) -> SampleResult:
     return SampleResult(chosen.tolist(), chosen_logprobs.tolist(), tops)
 
 
-def verify_draft(logits: torch.Tensor, rows: list[SampleRow], draft: list[int]) -> SampleResult:
+def draft_distribution(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+    """The distribution a draft model's tokens are drawn from: its logits through the rows'
+    penalties and warpers (temperature, top-k, top-p, min-p), softmaxed; greedy rows put all
+    the mass on the argmax."""
+    processed = apply_penalties(logits.float().clone(), rows)
+    probs = apply_warpers(processed, rows).softmax(dim=-1)
+    greedy = torch.tensor([r.params.is_greedy for r in rows], device=logits.device)
+    if bool(greedy.any()):
+        point = torch.zeros_like(probs).scatter_(1, processed.argmax(dim=-1, keepdim=True), 1.0)
+        probs = torch.where(greedy[:, None], point, probs)
+    return probs
+
+
+def draw(probs: torch.Tensor, rng: torch.Generator | None) -> int:
+    """One token from the distribution ``probs`` (vocab,)."""
+    return int(torch.multinomial(probs, 1, generator=rng))
+
+
+def verify_draft(
+    logits: torch.Tensor,
+    rows: list[SampleRow],
+    draft: list[int],
+    draft_probs: torch.Tensor | None = None,
+) -> SampleResult:
     """Accept a prefix of one sequence's ``draft`` tokens and choose one token after it.
 
     ``logits`` (len(draft) + 1, vocab) are the model's predictions after the last real token and
     after each draft token; ``rows[j]`` is the sequence as it would be with ``draft[:j]``
     accepted (its penalties see them). Greedy: the drafts are accepted while each is the argmax,
-    then the argmax follows, exactly the tokens decoding one at a time would choose. Sampling:
-    a draft token ``d`` proposed with certainty is accepted with probability ``p(d)``; the first
-    rejected one is replaced by a draw from ``p`` without ``d``, renormalised; if every draft is
-    accepted the next token is drawn from ``p`` (speculative sampling's rule for a point-mass
-    draft, which leaves the distribution of the output unchanged). Returns the accepted drafts
-    and the token after them, with their raw log-probabilities."""
+    then the argmax follows, exactly the tokens decoding one at a time would choose.
+
+    Sampling is speculative sampling's rejection rule, which leaves the distribution of the
+    output that of the target ``p`` whatever the drafts' distribution ``q`` (``draft_probs``,
+    one row per draft token, from a draft model): draft token ``d`` is accepted with probability
+    ``min(1, p(d) / q(d))``; the first rejected one is replaced by a draw from ``max(0, p - q)``
+    renormalised; if every draft is accepted the next token is drawn from ``p``. Without
+    ``draft_probs`` the drafts were proposed with certainty (prompt lookup: ``q`` a point mass),
+    so ``d`` is kept with probability ``p(d)`` and replaced by a draw from ``p`` without ``d``.
+    Returns the accepted drafts and the token after them, with their raw log-probabilities."""
     if len(rows) != len(draft) + 1 or logits.shape[0] != len(rows):
         raise ValueError("verify_draft needs one row of logits per draft token, plus one")
+    if draft_probs is not None and draft_probs.shape[0] != len(draft):
+        raise ValueError("verify_draft needs one row of draft probabilities per draft token")
     raw_logprobs = torch.log_softmax(logits, dim=-1)
     processed = apply_penalties(logits.clone(), rows)
     params, rng = rows[0].params, rows[0].rng
@@ -168,17 +197,21 @@ def verify_draft(logits: torch.Tensor, rows: list[SampleRow], draft: list[int]) 
         tokens.append(targets[len(tokens)])
     else:
         probs = apply_warpers(processed, rows).softmax(dim=-1)
+        if draft_probs is None:  # a point mass on each draft token
+            index = torch.tensor(draft, device=probs.device)[:, None]
+            draft_probs = torch.zeros_like(probs[:-1]).scatter_(1, index, 1.0)
+        draft_probs = draft_probs.to(probs.device, probs.dtype)
         uniform = torch.rand(len(draft), generator=rng, device=probs.device).tolist()
         for j, token in enumerate(draft):
-            if uniform[j] < float(probs[j, token]):
+            p, q = float(probs[j, token]), float(draft_probs[j, token])
+            if q > 0 and uniform[j] * q < p:  # u < min(1, p / q)
                 tokens.append(token)
                 continue
-            residual = probs[j].clone()
-            residual[token] = 0.0
-            tokens.append(int(torch.multinomial(residual, 1, generator=rng)))
+            residual = (probs[j] - draft_probs[j]).clamp_(min=0.0)
+            tokens.append(draw(residual if float(residual.sum()) > 0 else probs[j], rng))
             break
         else:
-            tokens.append(int(torch.multinomial(probs[-1], 1, generator=rng)))
+            tokens.append(draw(probs[-1], rng))
     positions = torch.arange(len(tokens), device=logits.device)
     chosen = torch.tensor(tokens, device=logits.device)
     chosen_logprobs = raw_logprobs[positions, chosen].tolist()
