@@ -42,10 +42,12 @@ class Attention(nn.Module):
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = head_dim
-        self.q_proj = nn.Linear(hidden, self.num_heads * head_dim, bias=qkv_bias)
-        self.k_proj = nn.Linear(hidden, self.num_kv_heads * head_dim, bias=qkv_bias)
-        self.v_proj = nn.Linear(hidden, self.num_kv_heads * head_dim, bias=qkv_bias)
-        self.o_proj = nn.Linear(self.num_heads * head_dim, hidden, bias=False)
+        self.q_size = self.num_heads * head_dim
+        self.kv_size = self.num_kv_heads * head_dim
+        # The checkpoint's q_proj, k_proj and v_proj in one matrix (``load_weights``): one
+        # matrix product instead of three, which on a CPU is most of a small model's step.
+        self.qkv_proj = nn.Linear(hidden, self.q_size + 2 * self.kv_size, bias=qkv_bias)
+        self.o_proj = nn.Linear(self.q_size, hidden, bias=False)
         self.scale = head_dim**-0.5
 
     def forward(
@@ -56,9 +58,10 @@ class Attention(nn.Module):
         meta: AttentionMetadata,
     ) -> torch.Tensor:
         n = x.shape[0]
-        q = self.q_proj(x).view(n, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(n, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(n, self.num_kv_heads, self.head_dim)
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(n, self.num_heads, self.head_dim)
+        k = k.view(n, self.num_kv_heads, self.head_dim)
+        v = v.view(n, self.num_kv_heads, self.head_dim)
         q, k = apply_rotary(q, k, *rotary)
         k_cache, v_cache = kv_cache
         write_kv(k_cache, meta.slot_mapping, k)
@@ -71,13 +74,13 @@ class MLP(nn.Module):
     def __init__(self, config: Any):
         super().__init__()
         hidden, inner = config.hidden_size, config.intermediate_size
-        self.gate_proj = nn.Linear(hidden, inner, bias=False)
-        self.up_proj = nn.Linear(hidden, inner, bias=False)
+        self.inner = inner
+        self.gate_up_proj = nn.Linear(hidden, 2 * inner, bias=False)  # gate_proj over up_proj
         self.down_proj = nn.Linear(inner, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate = F.silu(self.gate_proj(x), inplace=True)
-        return self.down_proj(gate.mul_(self.up_proj(x)))
+        gate, up = self.gate_up_proj(x).split(self.inner, dim=-1)
+        return self.down_proj(F.silu(gate).mul_(up))
 
 
 class DecoderLayer(nn.Module):
@@ -185,6 +188,7 @@ class LlamaForCausalLM(nn.Module):
         if self.tie_word_embeddings:
             state.pop("lm_head.weight", None)
         state = {k: v for k, v in state.items() if not k.endswith("rotary_emb.inv_freq")}
+        state = fuse_projections(state)
         missing, unexpected = self.load_state_dict(state, strict=False)
         missing = [m for m in missing if not (self.tie_word_embeddings and m == "lm_head.weight")]
         if missing or unexpected:
@@ -192,3 +196,25 @@ class LlamaForCausalLM(nn.Module):
                 "weights do not match the model: "
                 f"missing {missing[:5]}, unexpected {unexpected[:5]}"
             )
+
+
+_FUSED = {
+    "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
+}
+
+
+def fuse_projections(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A Hugging Face state dict with each layer's q/k/v and gate/up projections stacked into
+    the fused matrices our layers hold (their rows in that order, biases alike)."""
+    fused = dict(state)
+    for name in state:
+        for target, parts in _FUSED.items():
+            suffix = name.rsplit(".", 1)[-1]  # weight or bias
+            if not name.endswith(f"{parts[0]}.{suffix}"):
+                continue
+            prefix = name[: -len(f"{parts[0]}.{suffix}")]
+            keys = [f"{prefix}{part}.{suffix}" for part in parts]
+            if all(key in fused for key in keys):
+                fused[f"{prefix}{target}.{suffix}"] = torch.cat([fused.pop(key) for key in keys])
+    return fused
