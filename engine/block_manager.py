@@ -134,6 +134,11 @@ class BlockManager:
         positions after it (draft tokens)?"""
         return len(self._blocks_to_write(seq, num_slots)) <= self.num_free_blocks
 
+    def can_append_all(self, appends: list[tuple[Sequence, int]]) -> bool:
+        """``can_append`` for several sequences at once (a sequence and its shadow)."""
+        needed = sum(len(self._blocks_to_write(seq, n)) for seq, n in appends)
+        return needed <= self.num_free_blocks
+
     def _blocks_to_write(self, seq: Sequence, num_slots: int) -> list[int]:
         """Indexes into the block table that need a new block (past its end) or a private copy
         (shared) before positions ``len(seq) - 1 ..`` + ``num_slots`` can be written."""

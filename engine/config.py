@@ -8,6 +8,7 @@ from pathlib import Path
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
 _QUANTIZATIONS = (None, "int8", "int4")
 _SPECULATIVE = (None, "prompt_lookup", "draft", "draft+prompt_lookup")
+_DECODING = (None, "contrastive", "context_aware")
 
 
 @dataclass(slots=True)
@@ -74,6 +75,21 @@ class EngineConfig:
     prompt_lookup_min: int = 2
     """Prompt lookup: shortest n-gram matched (a single recurring token guesses badly: 17-27%
     of such drafts were accepted on RAG answers, against 31-54% from two or more)."""
+    decoding: str | None = None
+    """None chooses tokens from the model's own distribution. Two-distribution rules choose
+    from ``(1 + contrast_weight) * log p_strong - contrast_weight * log p_weak`` among the
+    tokens with at least ``contrast_cutoff`` times the probability of the strong model's most
+    likely one: "contrastive" contrasts the model with a weaker ``amateur_model`` (same
+    tokenizer) run on the same tokens; "context_aware" contrasts a request's prompt with the
+    same request without its passages (``SamplingParams.context_free_prompt``), decoded beside
+    it. The log-probabilities reported stay the model's own. Either excludes speculation."""
+    amateur_model: str | None = None
+    """decoding="contrastive": the weaker model (a profile, GGUF file or model directory)."""
+    contrast_weight: float = 0.5
+    """How strongly the weak distribution is subtracted (0: plain decoding)."""
+    contrast_cutoff: float = 0.1
+    """Plausibility cut-off (alpha): only tokens with at least this share of the strong
+    distribution's top probability may be chosen."""
     speculative_max_seqs: int = 4
     """Speculation (of any kind) drafts only while at most this many sequences decode: a larger
     batch already keeps the machine busy (docs/benchmarks.md, engine (g))."""
@@ -100,6 +116,19 @@ class EngineConfig:
         uses_draft_model = self.speculative in ("draft", "draft+prompt_lookup")
         if uses_draft_model and not self.draft_model:
             raise ValueError(f"speculative={self.speculative!r} needs a draft_model")
+        if self.decoding not in _DECODING:
+            raise ValueError(f"decoding must be one of {_DECODING}, got {self.decoding!r}")
+        if self.decoding == "contrastive" and not self.amateur_model:
+            raise ValueError("decoding='contrastive' needs an amateur_model")
+        if self.decoding is not None and self.speculative is not None:
+            raise ValueError(
+                f"decoding={self.decoding!r} and speculative decoding exclude each other"
+            )
+        if not 0.0 <= self.contrast_weight <= 10.0 or not 0.0 <= self.contrast_cutoff < 1.0:
+            raise ValueError(
+                "contrast_weight must be in [0, 10] and contrast_cutoff in [0, 1), got "
+                f"{self.contrast_weight} and {self.contrast_cutoff}"
+            )
         if self.num_draft_tokens < 1:
             raise ValueError(f"num_draft_tokens must be >= 1, got {self.num_draft_tokens}")
         if self.speculative is not None:

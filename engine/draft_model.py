@@ -32,13 +32,14 @@ if TYPE_CHECKING:
 def check_same_tokenizer(
     target: PreTrainedTokenizerBase, draft: PreTrainedTokenizerBase, draft_name: str
 ) -> None:
-    """Two-model decoding compares token ids: the draft's vocabulary must be the target's."""
+    """Two-model decoding compares token ids: the second model's vocabulary must be the
+    target's."""
     target_vocab, draft_vocab = target.get_vocab(), draft.get_vocab()
     if target_vocab != draft_vocab:
         only = len(target_vocab.keys() ^ draft_vocab.keys())
         moved = sum(1 for t, i in draft_vocab.items() if target_vocab.get(t, i) != i)
         raise ModelLoadError(
-            f"the draft model {draft_name} does not share the target model's tokenizer "
+            f"the model {draft_name} does not share the target model's tokenizer "
             f"({len(draft_vocab)} tokens against {len(target_vocab)}; {only} in one only, "
             f"{moved} with another id): choose a draft model of the same family"
         )
@@ -102,7 +103,7 @@ class ModelDrafter:
                 else:
                     start, tokens = len(seq) - 1 + step, drafts[seq.seq_id][-1:]
                 spans.append(TokenSpan(tokens, start, seq.block_table, 1, decode=True))
-            logits = self._fit(self.runner.forward(spans).float())
+            logits = fit_vocab(self.runner.forward(spans).float(), self.vocab_size)
             self.num_forward_passes += 1
             rows = [
                 SampleRow(
@@ -126,11 +127,12 @@ class ModelDrafter:
             seq.num_draft_computed_tokens = len(seq) + seq.num_model_draft_tokens - 1
             seq.num_model_draft_tokens = 0
 
-    def _fit(self, logits: torch.Tensor) -> torch.Tensor:
-        """The draft's logits as wide as the target's (padding rows of embedding tables differ
-        between sizes of one family)."""
-        width = logits.shape[1]
-        if width >= self.vocab_size:
-            return logits[:, : self.vocab_size]
-        pad = logits.new_full((logits.shape[0], self.vocab_size - width), -float("inf"))
-        return torch.cat([logits, pad], dim=1)
+
+def fit_vocab(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """A second model's logits as wide as the target's (the padding rows of embedding tables
+    differ between sizes of one family): cut, or padded with -inf."""
+    width = logits.shape[1]
+    if width >= vocab_size:
+        return logits[:, :vocab_size]
+    pad = logits.new_full((logits.shape[0], vocab_size - width), -float("inf"))
+    return torch.cat([logits, pad], dim=1)

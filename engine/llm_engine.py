@@ -11,6 +11,7 @@ from collections.abc import Sequence as Seq
 
 import torch
 
+from engine.amateur import AmateurModel
 from engine.beam_search import BeamSearch
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
@@ -54,9 +55,14 @@ class LLMEngine(PromptFacade):
         if config.speculative in ("draft", "draft+prompt_lookup"):
             draft = load_model(config.draft_model, config, self.device)
             check_same_tokenizer(tokenizer, draft.tokenizer, draft.source.name)
+        amateur = None
+        if config.decoding == "contrastive":
+            amateur = load_model(config.amateur_model, config, self.device)
+            check_same_tokenizer(tokenizer, amateur.tokenizer, amateur.source.name)
         per_block = ModelRunner.kv_bytes_per_block(model, config.block_size, dtype)
-        if draft is not None:  # the draft's cache is paged by the same blocks
-            per_block += ModelRunner.kv_bytes_per_block(draft.model, config.block_size, dtype)
+        for second in (draft, amateur):  # a second model's cache is paged by the same blocks
+            if second is not None:
+                per_block += ModelRunner.kv_bytes_per_block(second.model, config.block_size, dtype)
         # With CUDA graphs one block of the budget is the graphs' scratch block.
         num_blocks = max(1, config.kv_cache_memory_bytes // per_block - int(config.cuda_graphs))
         self.block_manager = BlockManager(
@@ -102,11 +108,29 @@ class LLMEngine(PromptFacade):
             if draft is not None
             else None
         )
+        self.amateur = (
+            AmateurModel(
+                amateur.model,
+                num_blocks,
+                config.block_size,
+                self.device,
+                dtype,
+                int(hf_config.vocab_size),
+            )
+            if amateur is not None
+            else None
+        )
         self._requests: dict[str, Request] = {}
         self._sinks: dict[str, OutputSink] = {}
         self._collected: dict[str, RequestOutput] = {}
         self._lock = threading.RLock()
-        self.outputs = OutputProcessor(self._requests, self.scheduler, self.stopping, self.device)
+        self.outputs = OutputProcessor(
+            self._requests,
+            self.scheduler,
+            self.stopping,
+            self.device,
+            (config.contrast_weight, config.contrast_cutoff),
+        )
         self._num_prompt_tokens = 0
         self._num_steps = 0
         self._step_time_s = 0.0
@@ -133,7 +157,16 @@ class LLMEngine(PromptFacade):
         ``sink`` receives every output of the request, whichever thread steps the engine; the
         last one has ``finished=True`` (also when the request is aborted)."""
         ids = self.prompts.prompt_ids(prompt, params)
+        shadow_ids: list[int] | None = None
+        if params.context_free_prompt is not None:
+            if self.config.decoding != "context_aware":
+                raise ValueError(
+                    "a context_free_prompt needs an engine with decoding='context_aware'"
+                )
+            shadow_ids = self.prompts.prompt_ids(params.context_free_prompt, params)
         needed = self.block_manager.blocks_needed(len(ids) + params.max_tokens)
+        if shadow_ids is not None:
+            needed += self.block_manager.blocks_needed(len(shadow_ids) + params.max_tokens)
         if needed > self.block_manager.num_blocks:
             raise ValueError(
                 f"a sequence of {len(ids)} prompt + {params.max_tokens} new tokens needs {needed} "
@@ -166,6 +199,10 @@ class LLMEngine(PromptFacade):
                 )
             seq = Sequence(request_id, 0, list(ids), len(ids), params)
             seq.rng = self.outputs.seeded_rng(params, 0)
+            if shadow_ids is not None:
+                seq.shadow = Sequence(
+                    request_id, 0, shadow_ids, len(shadow_ids), params, is_shadow=True
+                )
             request.seqs.append(seq)
             self._requests[request_id] = request
             self._num_prompt_tokens += len(ids)
@@ -264,13 +301,16 @@ class LLMEngine(PromptFacade):
             self.runner.copy_blocks(self.block_manager.pending_copies)
             if self.drafter is not None:
                 self._draft(batch)
+            if self.amateur is not None:
+                self.amateur.copy_blocks(self.block_manager.pending_copies)
             self.block_manager.pending_copies.clear()
             sampling, logits = self.runner.run(batch)
+            weak = self.amateur.logits(batch) if self.amateur is not None and sampling else None
             for seq, num_tokens in batch.items:
                 # Draft tokens count as computed only once accepted.
                 seq.num_computed_tokens += num_tokens - len(seq.draft_token_ids)
                 self.block_manager.register_computed_blocks(seq)
-            touched = self.outputs.process(sampling, logits)
+            touched = self.outputs.process(sampling, logits, weak)
             outputs = [self._output(self._requests[r]) for r in touched if r in self._requests]
             # Counted before the outputs go out: whoever has a step's output sees it counted.
             self._num_steps += 1

@@ -9,6 +9,7 @@ import time
 import torch
 
 from engine.beam_search import Hypothesis
+from engine.layers.contrast import contrast
 from engine.layers.sampler import SampleRow, sample, verify_draft
 from engine.outputs import CompletionOutput, FinishReason
 from engine.sampling_params import SamplingParams
@@ -26,8 +27,12 @@ class OutputProcessor:
         scheduler: Scheduler,
         stopping: StopChecker,
         device: str,
+        contrast: tuple[float, float] = (0.5, 0.1),
     ) -> None:
+        """``contrast``: (weight, cutoff) of two-distribution decoding (``engine.layers.contrast``),
+        against an amateur model's logits or a sequence's against its shadow's."""
         self.requests = requests
+        self.contrast = contrast
         """The engine's live requests (shared, not copied)."""
         self.scheduler = scheduler
         self.block_manager = scheduler.block_manager
@@ -37,16 +42,24 @@ class OutputProcessor:
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
 
-    def process(self, sampling: list[Sequence], logits: torch.Tensor) -> list[str]:
+    def process(
+        self, sampling: list[Sequence], logits: torch.Tensor, weak: torch.Tensor | None = None
+    ) -> list[str]:
         """Choose the next tokens of the sequences ``sampling`` (rows of ``logits`` in order:
-        one each, plus one per draft token); returns the ids of the requests that changed."""
+        one each, plus one per draft token); returns the ids of the requests that changed.
+        ``weak``: an amateur model's logits for the same rows (contrastive decoding); a sequence
+        with a shadow is contrasted with its shadow's row instead, which takes its token."""
         rows: list[SampleRow] = []
         targets: list[Sequence] = []
         logit_rows: list[int] = []
         touched: dict[str, None] = {}
         row = 0
         beams: dict[str, list[tuple[Sequence, int]]] = {}
+        scores = self._scores(sampling, logits, weak)
         for seq in sampling:
+            if seq.is_shadow:
+                row += 1
+                continue
             if seq.params.use_beam_search:
                 beams.setdefault(seq.request_id, []).append((seq, row))
                 touched[seq.request_id] = None
@@ -77,7 +90,8 @@ class OutputProcessor:
         for request_id, members in beams.items():
             self._beam_step(self.requests[request_id], members, logits)
         if targets:
-            result = sample(logits[torch.tensor(logit_rows, device=logits.device)], rows)
+            index = torch.tensor(logit_rows, device=logits.device)
+            result = sample(logits[index], rows, None if scores is None else scores[index])
             for seq, token, logprob, top in zip(
                 targets, result.token_ids, result.logprobs, result.top_logprobs, strict=True
             ):
@@ -85,12 +99,34 @@ class OutputProcessor:
                 touched[seq.request_id] = None
         return list(touched)
 
+    def _scores(
+        self, sampling: list[Sequence], logits: torch.Tensor, weak: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """What tokens are chosen from when it is not the logits themselves: the contrast with
+        the amateur's logits, or each shadowed sequence's row contrasted with its shadow's (its
+        shadow's row is the next one: the scheduler adds the shadow right after it)."""
+        weight, cutoff = self.contrast
+        if weak is not None:
+            return contrast(logits, weak, weight, cutoff)
+        pairs = [i for i, seq in enumerate(sampling) if seq.shadow is not None]
+        if not pairs:
+            return None
+        scores = logits.clone()
+        for i in pairs:
+            # Rows equal sequences here: shadowed sequences never draft.
+            if i + 1 >= len(sampling) or sampling[i + 1] is not sampling[i].shadow:
+                raise RuntimeError("a shadowed sequence was computed without its shadow")
+            scores[i] = contrast(logits[i : i + 1], logits[i + 1 : i + 2], weight, cutoff)[0]
+        return scores
+
     def _append(
         self, seq: Sequence, token: int, logprob: float, top: dict[int, float] | None
     ) -> bool:
         """Add one generated token; True when it ended the sequence (whose blocks are freed)."""
         now = time.perf_counter()
         seq.token_ids.append(token)
+        if seq.shadow is not None:
+            seq.shadow.token_ids.append(token)
         seq.logprobs.append(logprob)
         if top is not None:
             seq.top_logprobs.append(top)
@@ -152,6 +188,17 @@ class OutputProcessor:
         child.token_times = list(parent.token_times)
         child.rng = self.seeded_rng(parent.params, index)
         self.block_manager.fork(parent, child)
+        shadow = parent.shadow
+        if shadow is not None:
+            child.shadow = Sequence(
+                shadow.request_id,
+                index,
+                list(shadow.token_ids),
+                shadow.num_prompt_tokens,
+                shadow.params,
+                is_shadow=True,
+            )
+            self.block_manager.fork(shadow, child.shadow)
         self.scheduler.add_running(child)
         return child
 

@@ -61,6 +61,10 @@ class SamplingParams:
     """Beams kept per step when ``use_beam_search``."""
     length_penalty: float = 1.0
     """Beam search: a finished beam scores its summed log-probability / length ** this."""
+    context_free_prompt: str | list[int] | None = None
+    """Context-aware decoding (an engine with ``decoding="context_aware"``): the same request
+    without its passages. Each token is chosen by how much more likely the passages make it:
+    the engine decodes this prompt beside the real one and contrasts the two distributions."""
     stop_check: Callable[[Sequence[int]], str | None] | None = None
     """Called with the completion's token ids after each generated token; a non-empty string
     ends the completion (finish reason "stop") and becomes its ``stop_reason``. A repetition
@@ -97,6 +101,10 @@ class SamplingParams:
             raise ValueError("stop_check must be a callable taking the completion's token ids")
         if self.use_beam_search:
             self._check_beam_search()
+        if self.context_free_prompt is not None and self.use_beam_search:
+            raise ValueError(
+                "context-aware decoding (context_free_prompt) and beam search exclude each other"
+            )
 
     def _check_beam_search(self) -> None:
         if not 1 <= self.beam_width <= 16:

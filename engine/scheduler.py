@@ -18,6 +18,11 @@ busy, and every guess rejected there is work taken from another sequence. Prompt
 are known at once; a draft model's (``num_model_draft_tokens``) only once the engine has run it,
 so the scheduler makes room for them and the engine fills them in before the step runs. With
 both, prompt lookup goes first and the draft model drafts when it finds nothing.
+
+A sequence with a ``shadow`` (context-aware decoding: the same request without its passages) moves
+with it: admitted, preempted and finished together, and scheduled so that the shadow's last token
+is computed in the same step as the sequence's, whose logits are then contrasted with it. The
+shadow's prompt (short: the question alone) is computed whole in the sequence's last prefill step.
 """
 
 from __future__ import annotations
@@ -91,13 +96,16 @@ class Scheduler:
         self.running.append(seq)
 
     def finish(self, seq: Sequence) -> None:
-        """Remove a sequence wherever it is and free its blocks."""
+        """Remove a sequence wherever it is and free its blocks (and its shadow's)."""
         if seq in self.running:
             self.running.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
         seq.status = SequenceStatus.FINISHED
         self.block_manager.free(seq)
+        if seq.shadow is not None:
+            seq.shadow.status = SequenceStatus.FINISHED
+            self.block_manager.free(seq.shadow)
 
     def schedule(self) -> ScheduledBatch:
         batch = ScheduledBatch()
@@ -117,27 +125,53 @@ class Scheduler:
                 continue  # preempted earlier in this loop
             num_tokens = min(seq.num_uncomputed_tokens, budget)
             if seq.num_uncomputed_tokens == 1:
-                if speculate and self._draft(seq, budget):
+                if seq.shadow is not None and budget < 2:
+                    break  # its shadow computes beside it
+                if speculate and seq.shadow is None and self._draft(seq, budget):
                     num_tokens += len(seq.draft_token_ids) + seq.num_model_draft_tokens
                 elif not self._make_room(seq, batch, scheduled):
                     continue  # it preempted itself
-            batch.items.append((seq, num_tokens))
+            budget -= self._add(batch, seq, num_tokens, budget)
             scheduled.add(seq.seq_id)
-            budget -= num_tokens
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
-            if not self.block_manager.can_allocate(seq):
+            if not self._can_allocate(seq):
                 break
             if self.reserve_max_tokens and self.running and not self._fits_to_completion(seq):
                 break  # wait for running sequences to finish rather than preempt them later
             self.waiting.popleft()
             self.block_manager.allocate(seq)
+            if seq.shadow is not None:
+                self.block_manager.allocate(seq.shadow)
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
-            num_tokens = min(seq.num_uncomputed_tokens, budget)
-            batch.items.append((seq, num_tokens))
-            budget -= num_tokens
+            budget -= self._add(batch, seq, min(seq.num_uncomputed_tokens, budget), budget)
         return batch
+
+    def _add(self, batch: ScheduledBatch, seq: Sequence, num_tokens: int, budget: int) -> int:
+        """Schedule ``num_tokens`` of ``seq`` and, when they reach its end, the rest of its
+        shadow (stopping one token short of the end when the budget cannot hold the shadow too);
+        returns the tokens used."""
+        shadow = seq.shadow
+        if shadow is None:
+            batch.items.append((seq, num_tokens))
+            return num_tokens
+        shadow_tokens = 0
+        if num_tokens >= seq.num_uncomputed_tokens:
+            shadow_tokens = shadow.num_uncomputed_tokens
+            if num_tokens + shadow_tokens > budget:
+                num_tokens, shadow_tokens = min(seq.num_uncomputed_tokens - 1, budget), 0
+        if num_tokens:
+            batch.items.append((seq, num_tokens))
+        if shadow_tokens:
+            batch.items.append((shadow, shadow_tokens))
+        return num_tokens + shadow_tokens
+
+    def _can_allocate(self, seq: Sequence) -> bool:
+        needed = self.block_manager.blocks_needed(len(seq))
+        if seq.shadow is not None:
+            needed += self.block_manager.blocks_needed(len(seq.shadow))
+        return needed <= self.block_manager.num_free_blocks
 
     def _final_blocks(self, seq: Sequence) -> int:
         """Blocks ``seq`` holds once it reaches ``max_tokens`` (or the context window)."""
@@ -149,10 +183,19 @@ class Scheduler:
     def _fits_to_completion(self, seq: Sequence) -> bool:
         """Can the free blocks hold ``seq`` and every running sequence to completion? A request
         not yet sampled will fork into ``n`` samples that share its full prompt blocks."""
-        final = self._final_blocks(seq)
         samples = seq.params.num_sequences if seq.num_output_tokens == 0 else 1
-        needed = final + (samples - 1) * (final - len(seq) // self.block_manager.block_size)
-        reserved = sum(max(0, self._final_blocks(s) - len(s.block_table)) for s in self.running)
+        needed = 0
+        for member in (seq, seq.shadow):
+            if member is not None:
+                final = self._final_blocks(member)
+                shared = len(member) // self.block_manager.block_size
+                needed += final + (samples - 1) * (final - shared)
+        reserved = sum(
+            max(0, self._final_blocks(member) - len(member.block_table))
+            for s in self.running
+            for member in (s, s.shadow)
+            if member is not None
+        )
         return needed + reserved <= self.block_manager.num_free_blocks
 
     def _draft(self, seq: Sequence, budget: int) -> bool:
@@ -180,13 +223,15 @@ class Scheduler:
     def _make_room(self, seq: Sequence, batch: ScheduledBatch, scheduled: set[int]) -> bool:
         """Ensure ``seq``'s next slot, preempting the newest other sequences; False if ``seq``
         itself had to be preempted."""
-        while not self.block_manager.can_append(seq):
+        appends = [(seq, 1)] + ([(seq.shadow, 1)] if seq.shadow is not None else [])
+        while not self.block_manager.can_append_all(appends):
             victim = next((s for s in reversed(self.running) if s.seq_id not in scheduled), None)
             if victim is None or victim is seq:
                 self._preempt(seq, batch)
                 return False
             self._preempt(victim, batch)
-        self.block_manager.append_slot(seq)
+        for member, num_slots in appends:
+            self.block_manager.append_slot(member, num_slots)
         return True
 
     def _preempt(self, seq: Sequence, batch: ScheduledBatch) -> None:
@@ -194,6 +239,8 @@ class Scheduler:
         seq.draft_token_ids = []
         seq.num_model_draft_tokens = 0
         self.block_manager.free(seq)
+        if seq.shadow is not None:
+            self.block_manager.free(seq.shadow)
         seq.status = SequenceStatus.WAITING
         self.waiting.appendleft(seq)
         batch.preempted.append(seq)

@@ -58,6 +58,12 @@ class Sequence:
     num_model_draft_tokens: int = 0
     """Draft tokens the scheduler made room for this step, for the draft model to propose
     before the step runs."""
+    shadow: Sequence | None = None
+    """Context-aware decoding: this sequence's twin on the context-free prompt. It holds blocks
+    of its own, is computed in the same steps (the scheduler moves them together) and takes the
+    same generated tokens; its logits are contrasted with this sequence's."""
+    is_shadow: bool = False
+    """This is another sequence's ``shadow``: computed, never sampled from."""
     num_draft_computed_tokens: int = 0
     """Tokens whose keys and values are in the draft model's cache (which the sequence's block
     table pages as it pages the target's); it may lag ``num_computed_tokens``."""

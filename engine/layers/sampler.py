@@ -114,10 +114,14 @@ def apply_warpers(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
     return logits
 
 
-def sample(logits: torch.Tensor, rows: list[SampleRow]) -> SampleResult:
-    """Choose one token per row of ``logits`` (rows, vocab), float32."""
+def sample(
+    logits: torch.Tensor, rows: list[SampleRow], scores: torch.Tensor | None = None
+) -> SampleResult:
+    """Choose one token per row of ``logits`` (rows, vocab), float32. With ``scores`` (the same
+    shape: a contrastive rule's, ``engine.layers.contrast``) tokens are chosen from those, and
+    the log-probabilities reported are still the model's own, from ``logits``."""
     raw_logprobs = torch.log_softmax(logits, dim=-1)
-    processed = apply_penalties(logits.clone(), rows)
+    processed = apply_penalties((logits if scores is None else scores).clone(), rows)
     greedy = torch.tensor([r.params.is_greedy for r in rows], device=logits.device)
     chosen = processed.argmax(dim=-1)
     if not bool(greedy.all()):

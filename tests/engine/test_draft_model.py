@@ -9,10 +9,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import torch
 
 from engine import EngineConfig, LLMEngine, ModelLoadError, SamplingParams
 from engine.model_loader import load_config_and_tokenizer, resolve_model
+from tests.engine.tiny_models import tiny_qwen2
 
 pytestmark = pytest.mark.model  # builds engines (on tiny random models, in seconds)
 
@@ -24,39 +24,12 @@ PROMPTS = [
 ]
 
 
-def _tiny_qwen2(directory: Path, tokenizer: object, noise: float) -> None:
-    """A two-layer Qwen2 with a sharpened LM head (so that greedy choices have margins); with
-    ``noise``, the same weights perturbed by that share of each tensor's spread: a draft that
-    agrees with the target on part of its tokens."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),  # type: ignore[arg-type]
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        tie_word_embeddings=False,
-    )
-    model = Qwen2ForCausalLM(config).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(8.0)
-        generator = torch.Generator().manual_seed(99)
-        for weight in model.parameters():
-            weight.add_(torch.randn(weight.shape, generator=generator) * noise * weight.std())
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)  # type: ignore[attr-defined]
-
-
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     _, _, tokenizer, _ = load_config_and_tokenizer(resolve_model(None), None)
     root = tmp_path_factory.mktemp("tiny-pair")
-    _tiny_qwen2(root / "target", tokenizer, 0.0)
-    _tiny_qwen2(root / "draft", tokenizer, 0.1)
+    tiny_qwen2(root / "target", tokenizer, 0.0)
+    tiny_qwen2(root / "draft", tokenizer, 0.1)
     return str(root / "target"), str(root / "draft")
 
 
@@ -196,7 +169,7 @@ def test_a_draft_with_another_tokenizer_is_refused(pair: tuple[str, str], tmp_pa
     _, _, tokenizer, _ = load_config_and_tokenizer(resolve_model(pair[1]), None)
     tokenizer.add_tokens(["<only-in-the-draft>"])
     other = tmp_path / "other-draft"
-    _tiny_qwen2(other, tokenizer, 0.1)
+    tiny_qwen2(other, tokenizer, 0.1)
     with pytest.raises(ModelLoadError, match="does not share the target model's tokenizer"):
         _engine(pair[0], str(other))
 
