@@ -96,9 +96,11 @@ class EngineSettings(Group):
         "weight-only linear layers (a quarter of fp32's bytes); int4 = the decoder's linear "
         "layers in 4-bit groups and the LM head in int8 (about a sixth; CPU only)",
     )
-    speculative: Literal["prompt_lookup"] | None = Field(
+    speculative: Literal["prompt_lookup", "draft", "draft+prompt_lookup"] | None = Field(
         _ENGINE.speculative,  # type: ignore[arg-type]
-        description="engine speculative decoding: empty = off; prompt_lookup = draft tokens "
+        description="engine speculative decoding: empty = off; draft = a smaller model of the "
+        "same tokenizer (draft_model) guesses num_draft_tokens a step; draft+prompt_lookup = "
+        "prompt lookup first, the draft model when it finds nothing; prompt_lookup = draft tokens "
         "copied from the prompt and answer so far, kept when the model agrees",
     )
     num_speculative_tokens: int = Field(
@@ -109,6 +111,37 @@ class EngineSettings(Group):
     )
     prompt_lookup_min: int = Field(
         _ENGINE.prompt_lookup_min, ge=1, le=16, description="shortest n-gram it matches"
+    )
+    draft_model: str | None = Field(
+        _ENGINE.draft_model,
+        description="speculative=draft: the draft model (profile, GGUF file or HF model dir), "
+        "e.g. qwen2.5-coder-0.5b for qwen2.5-coder-1.5b",
+    )
+    num_draft_tokens: int = Field(
+        _ENGINE.num_draft_tokens, ge=1, le=16, description="draft model: guesses per step"
+    )
+    decoding: Literal["contrastive", "context_aware"] | None = Field(
+        _ENGINE.decoding,  # type: ignore[arg-type]
+        description="engine token choice: empty = the model's own distribution; contrastive = "
+        "against a weaker amateur_model; context_aware = the prompt with its passages against "
+        "the same prompt without them (each answer decodes both)",
+    )
+    amateur_model: str | None = Field(
+        _ENGINE.amateur_model,
+        description="decoding=contrastive: the weaker model of the same tokenizer",
+    )
+    contrast_weight: float = Field(
+        _ENGINE.contrast_weight,
+        ge=0.0,
+        le=10.0,
+        description="contrastive/context_aware: how strongly the weak distribution is subtracted",
+    )
+    contrast_cutoff: float = Field(
+        _ENGINE.contrast_cutoff,
+        ge=0.0,
+        lt=1.0,
+        description="contrastive/context_aware: plausibility cut-off, a share of the top "
+        "token's probability",
     )
     speculative_max_seqs: int = Field(
         _ENGINE.speculative_max_seqs,
@@ -124,7 +157,21 @@ class EngineSettings(Group):
         "server's own threads (HTTP, health, guards) run first when the cores are busy",
     )
 
-    _empty_is_none = field_validator("quantization", "speculative", mode="before")(empty_is_none)
+    _empty_is_none = field_validator(
+        "quantization", "speculative", "draft_model", "decoding", "amateur_model", mode="before"
+    )(empty_is_none)
+
+    @model_validator(mode="after")
+    def _two_models_need_their_second(self) -> EngineSettings:
+        if self.speculative in ("draft", "draft+prompt_lookup") and not self.draft_model:
+            raise ValueError(f"speculative={self.speculative} needs draft_model")
+        if self.decoding == "contrastive" and not self.amateur_model:
+            raise ValueError("decoding=contrastive needs amateur_model")
+        if self.decoding is not None and self.speculative is not None:
+            raise ValueError("decoding and speculative exclude each other: choose one")
+        if self.decoding is not None and self.generator in ("hf", "openai"):
+            raise ValueError(f"decoding={self.decoding} needs our engine, not {self.generator}")
+        return self
 
     @model_validator(mode="after")
     def _remote_needs_a_url(self) -> EngineSettings:

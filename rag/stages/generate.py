@@ -78,6 +78,13 @@ class GenerateStage:
             sample_temperature=None if samples is None else samples.temperature,
         )
         prompt, shown = self._fit_prompt(question, list(passages), answer.max_tokens)
+        if self.settings.engine.decoding == "context_aware":
+            # Context-aware decoding contrasts the prompt with the same one without passages.
+            free = self.engine.apply_chat_template(
+                build_messages(question, [], self.settings.effective_system_prompt())
+            )
+            answer = replace(answer, context_free_prompt=free)
+            samples = None if samples is None else replace(samples, context_free_prompt=free)
         return Plan(prompt, shown, answer, samples)
 
     async def stream(self, plan: Plan, request_id: str) -> AsyncIterator[str | Generation]:
