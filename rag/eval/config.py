@@ -40,6 +40,12 @@ ENGINE_FIELDS = (
     "prompt_lookup_max",
     "prompt_lookup_min",
     "speculative_max_seqs",
+    "draft_model",
+    "num_draft_tokens",
+    "decoding",
+    "amateur_model",
+    "contrast_weight",
+    "contrast_cutoff",
 )
 """Settings that change the loaded generator: configurations equal on these share one."""
 EMBEDDER_FIELDS = ("embedding_model", "device", "allow_hub")

@@ -90,10 +90,12 @@ class EngineSettings(Group):
         _ENGINE.cuda_graphs,
         description="engine replays decode steps as CUDA graphs (CUDA devices only)",
     )
-    quantization: Literal["int8", "int4"] | None = Field(
-        _ENGINE.quantization,  # type: ignore[arg-type]
-        description="engine weights: empty = the model's dtype; int8 = per-channel int8 "
-        "weight-only linear layers (a quarter of fp32's bytes); int4 = the decoder's linear "
+    quantization: Literal["auto", "int8", "int4"] | None = Field(
+        "auto",
+        description="engine weights: auto = int8 on a CPU, the model's dtype on a GPU (int8 "
+        "kept task accuracy within 2 points of float32 and decodes ~3x faster: "
+        "docs/benchmarks.md); none = the model's dtype (float32 on a CPU); int8 = per-channel "
+        "int8 weight-only linear layers (a quarter of fp32's bytes); int4 = the decoder's linear "
         "layers in 4-bit groups and the LM head in int8 (about a sixth; CPU only)",
     )
     speculative: Literal["prompt_lookup", "draft", "draft+prompt_lookup"] | None = Field(
@@ -207,11 +209,21 @@ class EngineSettings(Group):
             for f in fields(EngineConfig)
             if f.name in type(self).model_fields
         }
+        shared["quantization"] = self.resolved_quantization()
         return EngineConfig(
             **shared,
             kv_cache_memory_bytes=self.kv_cache_memory_mb << 20,
             max_model_len=self.generator_max_model_len if self.generator == "openai" else None,
         )
+
+    def resolved_quantization(self) -> str | None:
+        """``auto``: int8 where our engine runs on a CPU, none on a GPU or in another backend
+        (transformers, a remote server)."""
+        if self.quantization != "auto":
+            return self.quantization
+        if self.generator in ("hf", "openai"):
+            return None
+        return "int8" if EngineConfig(device=self.device).resolved_device() == "cpu" else None
 
     def remote_config(self, *, connect_in_background: bool = False) -> RemoteConfig | None:
         """The ``openai`` backend's server (its ``options``), or None for the other backends."""

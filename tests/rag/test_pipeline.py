@@ -238,7 +238,8 @@ def test_several_candidates_vote(demo_pipeline: Pipeline) -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "expected"), [("int8", "int8"), ("", None), ("none", None), ("None", None)]
+    ("value", "expected"),
+    [("int8", "int8"), ("", None), ("none", None), ("None", None), ("auto", "int8")],
 )
 def test_the_quantization_setting_reaches_the_engine_config(
     value: str, expected: str | None, monkeypatch: pytest.MonkeyPatch
@@ -247,6 +248,18 @@ def test_the_quantization_setting_reaches_the_engine_config(
 
     monkeypatch.setenv("RAGGUARD_QUANTIZATION", value)
     assert Settings(_env_file=None).engine.engine_config().quantization == expected
+
+
+def test_the_cpu_default_is_int8_and_float32_stays_a_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rag.settings import Settings
+
+    monkeypatch.delenv("RAGGUARD_QUANTIZATION", raising=False)
+    assert Settings(device="cpu", _env_file=None).engine.engine_config().quantization == "int8"
+    assert Settings(device="cuda", _env_file=None).engine.engine_config().quantization is None
+    assert Settings(generator="hf", _env_file=None).engine.engine_config().quantization is None
+    assert Settings(quantization=None, _env_file=None).engine.engine_config().quantization is None
 
 
 def test_max_num_seqs_reaches_the_engine_and_the_old_name_is_still_read(
