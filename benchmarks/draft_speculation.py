@@ -11,6 +11,7 @@ answer is token for token plain decoding's.
 
     python benchmarks/draft_speculation.py                         # int8, k = 4, 8 prompts
     python benchmarks/draft_speculation.py --quantization none --num-draft-tokens 3,5
+    python benchmarks/draft_speculation.py --prompts 3 --max-tokens 96 --ignore-eos
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        help="generate --max-tokens every time (the decode phase, not the short answers)",
+    )
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--out", type=Path, help="write the results as JSON here too")
     return parser.parse_args(argv)
@@ -74,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
             variants[f"draft+lookup k={k}"] = build(speculative="draft+prompt_lookup", **draft)
     plain = variants["plain"]
     prompts = rag_answer_prompts(args.data_dir, plain.apply_chat_template, args.prompts)
-    params = SamplingParams(max_tokens=args.max_tokens)
+    params = SamplingParams(max_tokens=args.max_tokens, ignore_eos=args.ignore_eos)
     for engine in variants.values():
         engine.generate([prompts[0][:200]], SamplingParams(max_tokens=4))  # warm-up
     before = {name: engine.stats() for name, engine in variants.items()}
@@ -95,6 +101,7 @@ def main(argv: list[str] | None = None) -> None:
         "target": args.target,
         "draft": args.draft,
         "quantization": args.quantization,
+        "ignore_eos": args.ignore_eos,
         "num_prompts": len(prompts),
         "mean_prompt_tokens": statistics.mean(plain.count_tokens(p) for p in prompts),
         "mean_output_tokens": statistics.mean(len(t) for t in tokens["plain"]),
@@ -117,9 +124,12 @@ def main(argv: list[str] | None = None) -> None:
             "answer_speedup_total": sum(answer["plain"]) / sum(answer[name]),
             "decode_speedup_total": sum(decode["plain"]) / sum(decode[name]),
             "decode_tok_s": sum(len(t) - 1 for t in tokens[name]) / sum(decode[name]),
+            # Guesses verification agreed with (those past an end of sequence included).
             "acceptance_rate": accepted / max(1, drafted),
-            # A decode step yields one token plus the drafts it accepted.
-            "tokens_per_step": generated / max(1, generated - accepted),
+            # One request at a time, each prompt prefilled in one step giving the first token:
+            # the other tokens over the other steps.
+            "tokens_per_decode_step": (generated - len(prompts))
+            / max(1, stats.num_steps - start.num_steps - len(prompts)),
         }
     print(json.dumps(results, indent=2))
     if args.out:

@@ -86,10 +86,12 @@ class HFGenerator(PromptFacade):
 
     def __init__(self, config: EngineConfig | None = None, *, source: ModelSource | None = None):
         self.config = config or EngineConfig()
-        if self.config.quantization is not None or self.config.speculative is not None:
+        config = self.config
+        if config.quantization or config.speculative or config.decoding:
             raise ValueError(
-                "quantization and speculative decoding are features of our engine; the "
-                "transformers baseline runs the model's own weights one token at a time"
+                "quantization, speculative and two-distribution decoding are features of our "
+                "engine; the transformers baseline runs the model's own weights one token at a "
+                "time"
             )
         self.source = source or resolve_model(
             self.config.model, allow_hub=self.config.allow_hub, cache_dir=self.config.cache_dir
