@@ -68,7 +68,7 @@ class EngineConfig:
     share the target's tokenizer (checked at load), and runs in the target's dtype and
     quantization. "draft+prompt_lookup" asks prompt lookup first and the draft model when it
     finds nothing."""
-    num_draft_tokens: int = 4
+    num_draft_tokens: int = 3
     """Draft model: draft length k (k passes of the draft model per target step)."""
     prompt_lookup_max: int = 3
     """Prompt lookup: longest n-gram matched (tried first)."""
