@@ -1,0 +1,93 @@
+"""Two configurations of one ``ragguard eval`` run, question by question: accuracy and its change
+with a paired bootstrap interval, the share of answers the grounding guard calls supported, and
+the answer time.
+
+Reads ``OUT/dataset.jsonl`` and ``OUT/<config>/items.jsonl`` of runs made with two ``--config``
+files (e.g. int8.toml beside context_aware.toml), for every ``OUT`` given; only questions both
+configurations answered count.
+
+    python benchmarks/decoding_side_by_side.py --baseline int8 --other context_aware \\
+        eval-runs/musique eval-runs/squad2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+BOOTSTRAP = 10_000
+
+
+def records(path: Path) -> dict[str, dict[str, Any]]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return {r["id"]: r for r in (json.loads(line) for line in lines if line.strip())}
+
+
+def supported(record: dict[str, Any]) -> bool:
+    """The grounding guard passed the answer (every sentence supported by a passage)."""
+    return any(g["name"] == "grounding" and g["outcome"] == "pass" for g in record["guards"])
+
+
+def compare(run: Path, baseline: str, other: str, seed: int) -> dict[str, Any]:
+    from rag.eval.items import read_items
+    from rag.eval.summary import is_correct
+
+    items = {item.id: item for item in read_items(run / "dataset.jsonl")}
+    first, second = records(run / baseline / "items.jsonl"), records(run / other / "items.jsonl")
+    ids = [i for i in first if i in second and i in items]
+    pairs = []
+    for item_id in ids:
+        a = is_correct(items[item_id], first[item_id]["answer"])
+        b = is_correct(items[item_id], second[item_id]["answer"])
+        if a is not None and b is not None:
+            pairs.append((a, b))
+    right = np.array(pairs, dtype=float).reshape(-1, 2)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(right), size=(BOOTSTRAP, len(right)))
+    deltas = right[draws, 1].mean(axis=1) - right[draws, 0].mean(axis=1)
+    low, high = np.percentile(deltas, [2.5, 97.5])
+
+    def seconds(recs: dict[str, dict[str, Any]]) -> float:
+        return statistics.median(recs[i]["timings"]["total_s"] for i in ids)
+
+    return {
+        "set": run.name,
+        "questions": len(right),
+        baseline: {
+            "accuracy": float(right[:, 0].mean()),
+            "supported": statistics.mean(supported(first[i]) for i in ids),
+            "answer_s_median": seconds(first),
+        },
+        other: {
+            "accuracy": float(right[:, 1].mean()),
+            "supported": statistics.mean(supported(second[i]) for i in ids),
+            "answer_s_median": seconds(second),
+        },
+        "accuracy_change": float(right[:, 1].mean() - right[:, 0].mean()),
+        "accuracy_change_95": [float(low), float(high)],
+        "changed_answers": sum(first[i]["answer"] != second[i]["answer"] for i in ids),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", type=Path)
+    parser.add_argument("--baseline", default="int8")
+    parser.add_argument("--other", default="context_aware")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    for run in args.runs:
+        print(json.dumps(compare(run, args.baseline, args.other, args.seed)))
+
+
+if __name__ == "__main__":
+    main()
