@@ -122,7 +122,7 @@ class EngineSettings(Group):
     num_draft_tokens: int = Field(
         _ENGINE.num_draft_tokens, ge=1, le=16, description="draft model: guesses per step"
     )
-    decoding: Literal["contrastive", "context_aware"] | None = Field(
+    decoding: Literal["context_aware", "contrastive"] | None = Field(
         _ENGINE.decoding,  # type: ignore[arg-type]
         description="engine token choice: empty = the model's own distribution; contrastive = "
         "against a weaker amateur_model; context_aware = the prompt with its passages against "
