@@ -14,7 +14,6 @@ and how many answers differ from plain decoding's.
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import statistics
 import sys
@@ -28,27 +27,16 @@ DEFAULT_DATA_DIR = ROOT.parent / "shared" / "data"
 
 def prompt_pairs(data_dir: Path, apply_template: Any, count: int) -> list[tuple[str, str]]:
     """(grounded prompt, the same question without passages) for the first MuSiQue questions."""
+    from benchmarks.engine_speed import rag_questions
     from rag.prompt import build_messages
-    from rag.types import Passage
 
-    path = data_dir / "hipporag_multihop_subsets" / "musique_train.json"
-    pairs = []
-    for item in json.loads(path.read_text())[:count]:
-        paragraphs = item["paragraphs"]
-        if isinstance(paragraphs, str):
-            paragraphs = ast.literal_eval(paragraphs)
-        paragraphs.sort(key=lambda p: (not p.get("is_supporting", False), p["idx"]))
-        passages = [
-            Passage(p["title"], str(p["idx"]), f"{p['title']}: {p['paragraph_text']}", 1.0)
-            for p in paragraphs[:4]
-        ]
-        pairs.append(
-            (
-                apply_template(build_messages(item["question"], passages)),
-                apply_template(build_messages(item["question"], [])),
-            )
+    return [
+        (
+            apply_template(build_messages(question, passages)),
+            apply_template(build_messages(question, [])),
         )
-    return pairs
+        for question, passages in rag_questions(data_dir, count)
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:

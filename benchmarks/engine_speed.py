@@ -390,16 +390,15 @@ def bench_int8(stream: list[int], quick: bool) -> dict[str, Any]:
     return figures
 
 
-def rag_answer_prompts(data_dir: Path, apply_template: Any, count: int) -> list[str]:
-    """Grounded prompts as the pipeline writes them: MuSiQue questions, each with four of its
-    own paragraphs (supporting ones first); the demo collection when the data is absent."""
+def rag_questions(data_dir: Path, count: int) -> list[tuple[str, list[Any]]]:
+    """Questions with the passages the pipeline would show: MuSiQue questions, each with four of
+    its own paragraphs (supporting ones first); the demo collection when the data is absent."""
     import ast
 
-    from rag.prompt import build_messages
     from rag.types import Passage
 
     path = data_dir / "hipporag_multihop_subsets" / "musique_train.json"
-    prompts = []
+    questions: list[tuple[str, list[Any]]] = []
     if path.is_file():
         for item in json.loads(path.read_text())[:count]:
             paragraphs = item["paragraphs"]
@@ -410,15 +409,23 @@ def rag_answer_prompts(data_dir: Path, apply_template: Any, count: int) -> list[
                 Passage(p["title"], str(p["idx"]), f"{p['title']}: {p['paragraph_text']}", 1.0)
                 for p in paragraphs[:4]
             ]
-            prompts.append(apply_template(build_messages(item["question"], passages)))
-        return prompts
-    demo = sorted((ROOT / "rag" / "data" / "demo").glob("*.md"))[:count]
-    for doc in demo:
+            questions.append((item["question"], passages))
+        return questions
+    for doc in sorted((ROOT / "rag" / "data" / "demo").glob("*.md"))[:count]:
         text = doc.read_text(encoding="utf-8")
-        passages = [Passage(doc.name, "0", text[:1200], 1.0)]
         question = f"What does the passage say about {doc.stem.replace('-', ' ')}?"
-        prompts.append(apply_template(build_messages(question, passages)))
-    return prompts
+        questions.append((question, [Passage(doc.name, "0", text[:1200], 1.0)]))
+    return questions
+
+
+def rag_answer_prompts(data_dir: Path, apply_template: Any, count: int) -> list[str]:
+    """Grounded prompts as the pipeline writes them, for ``rag_questions``."""
+    from rag.prompt import build_messages
+
+    return [
+        apply_template(build_messages(question, passages))
+        for question, passages in rag_questions(data_dir, count)
+    ]
 
 
 def bench_prompt_lookup(data_dir: Path, count: int) -> dict[str, Any]:
