@@ -49,6 +49,9 @@ def remote_url(
     port = _free_port()
     log = root / "server.log"
     env = {**os.environ, "RAGGUARD_INDEX_DIR": str(root / "indexes")}
+    # float32 as the local engine it is compared with (the CPU default, int8, rounds differently
+    # by batch shape and prefix-cache state, so greedy answers need not match across them).
+    env["RAGGUARD_QUANTIZATION"] = "none"
     env["RAGGUARD_DATA_DIR"] = str(root / "data")
     with log.open("wb") as out:
         process = subprocess.Popen(
