@@ -50,9 +50,9 @@ class EngineConfig:
     """None keeps the weights in ``dtype``; "int8" stores every linear layer's weights (the LM
     head's too) as per-channel int8 with float scales, computed at load: a quarter of fp32's
     weight bytes, and faster decoding where reading the weights is the bottleneck (our engine
-    only); "int4" stores the decoder layers' linear weights in 4 bits (groups of 128, 64 or 32
-    with a scale and an offset each, PyTorch's CPU int4 kernel) and the LM head in int8: about
-    a sixth of fp32's weight bytes (CPU only)."""
+    only); "int4" stores the decoder layers' linear weights in 4 bits (groups of 32, GGUF's
+    blocks, with a scale and an offset each, PyTorch's CPU int4 kernel) and the LM head in int8:
+    about a sixth of fp32's weight bytes (CPU only)."""
     speculative: str | None = None
     """None decodes one token per step; "prompt_lookup" also computes up to
     ``num_speculative_tokens`` guesses copied from the sequence's own prompt and output (after

@@ -165,7 +165,7 @@ class LlamaForCausalLM(nn.Module):
         self._quantize_head_int8()
 
     def quantize_int4(self) -> None:
-        """The decoder layers' linear layers in int4 (groups of 128, 64 or 32 weights), the LM
+        """The decoder layers' linear layers in int4 (groups of 32 weights, GGUF's blocks), the LM
         head (and tied embeddings) in int8: as llama.cpp's Q4_K_M keeps its output matrix at
         more bits, the one matrix every token's choice is read from keeps its precision."""
         for layer in self.model.layers:

@@ -17,10 +17,25 @@ from engine.layers.quantization import Int8Linear, weight_bytes
 from tests.engine.test_llm_engine import QUESTIONS
 
 
-def test_groups_are_the_widest_the_input_width_allows() -> None:
-    assert group_size_for(1536) == 128 and group_size_for(576) == 64 and group_size_for(96) == 32
+def test_groups_are_gguf_blocks_of_32() -> None:
+    assert group_size_for(1536) == group_size_for(576) == group_size_for(96) == 32
     with pytest.raises(ValueError, match="divisible"):
         group_size_for(100)
+
+
+def test_a_gguf_q4_block_comes_back_with_its_own_codes() -> None:
+    """Weights dequantized from Q4_1 blocks (``d * q + m``, q in 0..15, one d and m per 32
+    columns) that span their 16 levels re-quantize to the same codes, and so to the same weights
+    up to float rounding: int4 adds no error of its own to a 4-bit GGUF."""
+    torch.manual_seed(0)
+    codes = torch.randint(0, 16, (8, 128), dtype=torch.int32)
+    codes[:, ::32], codes[:, 1::32] = 0, 15  # every block spans its range
+    d = torch.rand(8, 4, 1) * 0.05 + 0.001
+    m = torch.randn(8, 4, 1) * 0.1
+    weight = (codes.reshape(8, 4, 32).float() * d + m).reshape(8, 128)
+    q, scales, zeros = quantize_int4(weight, group_size_for(128))
+    assert torch.equal(q, codes)
+    assert torch.allclose(dequantize_int4(q, scales, zeros, 32), weight, atol=1e-6)
 
 
 def test_int4_weights_round_trip_within_half_a_step_of_their_group() -> None:
@@ -78,12 +93,13 @@ def test_the_int4_model_keeps_under_a_fifth_of_the_weight_bytes(
 
 
 @pytest.mark.model
-def test_the_int4_engine_mostly_agrees_with_the_float_one_on_the_next_token(
+def test_the_int4_engine_agrees_with_the_float_one_on_the_next_token(
     int4_engine: LLMEngine, llm_engine: LLMEngine
 ) -> None:
-    """Four bits move a 135M model's near-ties more than eight do: the bar is lower than
-    int8's (19 of 24 and a median gap under 0.1), and task accuracy is measured by the
-    benchmark (docs/benchmarks.md), not here."""
+    """The float model is SmolLM2's Q4_1 GGUF dequantized, and int4's groups are its blocks:
+    only bf16 rounding (of each group's scale and offset, and of the activations) separates
+    them. The first token matched on all 21 parity prompts when measured; the bar leaves room
+    for a near-tie. Task accuracy is measured by the benchmark (docs/benchmarks.md)."""
     prompts = [llm_engine.apply_chat_template([{"role": "user", "content": q}]) for q in QUESTIONS]
     params = SamplingParams(max_tokens=1, logprobs=5)
     floats = llm_engine.generate(prompts, params)
@@ -93,5 +109,5 @@ def test_the_int4_engine_mostly_agrees_with_the_float_one_on_the_next_token(
         for f, q in zip(floats, int4s, strict=True)
     )
     text = int4_engine.generate(prompts[:1], SamplingParams(max_tokens=24))[0].outputs[0].text
-    assert same >= 0.6 * len(prompts), same
+    assert same >= 0.9 * len(prompts), same
     assert len(text.split()) >= 5
