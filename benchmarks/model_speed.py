@@ -7,7 +7,10 @@ Each (profile, weights) variant runs in a process of its own, so its peak RSS is
 - TTFT: a grounded prompt of ~800 tokens (four real MuSiQue paragraphs and a question in our
   prompt, as an answer's prompt is), prefix cache cold; median of 3;
 - decode: 128 tokens at batch 1 after a 197-token prompt, end of sequence ignored; median of 3;
-  and a batch of 8 such requests at once (combined tokens/s).
+  and a batch of 8 such requests at once (combined tokens/s);
+- weights: the bytes the model's parameters and buffers hold once loaded (and quantized).
+
+Variants: float32, int8, int4 (``EngineConfig.quantization``; int4 on the CPU only).
 
     python benchmarks/model_speed.py                       # smollm2-135m and qwen2.5-coder-1.5b
     python benchmarks/model_speed.py --profiles qwen2.5-coder-1.5b --variants int8
@@ -27,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 DEFAULT_DATA_DIR = ROOT.parent / "shared" / "data"
+VARIANTS = ("float32", "int8", "int4")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -71,13 +75,14 @@ def judge_conversation(data_dir: Path) -> list[dict[str, str]]:
 
 def worker(profile: str, variant: str, data_dir: Path, repeats: int) -> dict[str, object]:
     from engine import EngineConfig, LLMEngine, SamplingParams
+    from engine.layers.quantization import weight_bytes
 
     started = time.perf_counter()
     engine = LLMEngine(
         EngineConfig(
             model=profile,
             dtype="float32",
-            quantization="int8" if variant == "int8" else None,
+            quantization=None if variant == "float32" else variant,
             enable_prefix_caching=False,
         )
     )
@@ -107,6 +112,7 @@ def worker(profile: str, variant: str, data_dir: Path, repeats: int) -> dict[str
         "profile": profile,
         "variant": variant,
         "load_s": load_s,
+        "weight_mib": weight_bytes(engine.model) / 2**20,
         "rag_prompt_tokens": engine.count_tokens(rag),
         "ttft_s": statistics.median(ttft),
         "judge_s": statistics.median(judge_s),
@@ -122,6 +128,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         print(json.dumps(worker(*args.worker, args.data_dir, args.repeats)))
         return
+    unknown = sorted(set(args.variants.split(",")) - set(VARIANTS))
+    if unknown:
+        raise SystemExit(f"unknown variants {unknown}: choose from {', '.join(VARIANTS)}")
     rows = []
     for profile in args.profiles.split(","):
         for variant in args.variants.split(","):
@@ -131,13 +140,13 @@ def main(argv: list[str] | None = None) -> None:
             rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
             print(json.dumps(rows[-1]), flush=True)
     print(
-        "\n| model | weights | load (cached) | peak RSS | TTFT, RAG prompt | one judgement "
-        "| decode, batch 1 | batch 8 |"
+        "\n| model | weights | weight MiB | load (cached) | peak RSS | TTFT, RAG prompt "
+        "| one judgement | decode, batch 1 | batch 8 |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         print(
-            f"| {r['profile']} | {r['variant']} | {r['load_s']:.1f} s | "
+            f"| {r['profile']} | {r['variant']} | {r['weight_mib']:.0f} | {r['load_s']:.1f} s | "
             f"{r['peak_rss_gib']:.2f} GiB | "
             f"{r['ttft_s']:.2f} s ({r['rag_prompt_tokens']} tokens) | "
             f"{r['judge_s']:.2f} s ({r['judge_prompt_tokens']} tokens) | "
