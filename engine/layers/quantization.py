@@ -7,7 +7,8 @@ bytes and multiplies with PyTorch's own weight-only kernel, ``torch._weight_int8
 activations, so those are cast to bf16 for the product and back; on CUDA in fp32, the one dtype
 PyTorch's CUDA kernel takes). With tied embeddings the LM head
 and the token embedding share one int8 table: an embedding row is a row of the LM head, and a
-per-row scale serves both.
+per-row scale serves both. An untied embedding gets an int8 table of its own (Qwen2.5-1.5B's
+GGUF has a separate output matrix: its float32 embedding would be 890 MiB of the model).
 """
 
 from __future__ import annotations
@@ -79,18 +80,33 @@ class Int8Linear(nn.Module):
 
 
 class Int8Embedding(nn.Module):
-    """A token embedding that reads the rows of an ``Int8Linear`` LM head (tied weights)."""
+    """A token embedding read from int8 rows with one scale per row: the LM head's own table
+    when the weights are tied (``tied_to``), else a table of its own (``from_embedding``)."""
 
-    def __init__(self, head: Int8Linear) -> None:
+    qweight: torch.Tensor
+    scales: torch.Tensor
+
+    def __init__(self, qweight: torch.Tensor, scales: torch.Tensor, out_dtype: torch.dtype) -> None:
         super().__init__()
-        self.head: list[Int8Linear] = [
-            head
-        ]  # a list: not a submodule, so its buffers are counted once
+        if qweight.dtype != torch.int8 or scales.shape != (qweight.shape[0],):
+            raise ValueError("need a 2-d int8 table and one scale per row")
+        self.out_dtype = out_dtype
+        # Tied: the very tensors of the head, so the table is held (and counted) once.
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("scales", scales)
+
+    @classmethod
+    def tied_to(cls, head: Int8Linear) -> Int8Embedding:
+        return cls(head.qweight, head.scales, head.out_dtype)
+
+    @classmethod
+    def from_embedding(cls, embedding: nn.Embedding) -> Int8Embedding:
+        qweight, scales = quantize_weight(embedding.weight)
+        return cls(qweight, scales, embedding.weight.dtype)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        head = self.head[0]
-        rows = F.embedding(ids, head.qweight).to(head.out_dtype)
-        return rows * head.scales[ids, None].to(head.out_dtype)
+        rows = F.embedding(ids, self.qweight).to(self.out_dtype)
+        return rows * self.scales[ids, None].to(self.out_dtype)
 
 
 def quantize_linears(module: nn.Module) -> int:

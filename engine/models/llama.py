@@ -159,14 +159,15 @@ class LlamaForCausalLM(nn.Module):
     def quantize_int8(self) -> None:
         """Swap every linear layer, the LM head included, for int8 weight-only ones (after the
         weights are loaded and on their device). Tied embeddings then read the LM head's int8
-        rows, so the model keeps no float copy of its largest matrix."""
+        rows, untied ones get an int8 table of their own: the model keeps no float copy of its
+        largest matrices."""
         for layer in self.model.layers:
             quantize_linears(layer)
         self._quantize_head_int8()
 
     def quantize_int4(self) -> None:
         """The decoder layers' linear layers in int4 (groups of 32 weights, GGUF's blocks), the LM
-        head (and tied embeddings) in int8: as llama.cpp's Q4_K_M keeps its output matrix at
+        head and the token embedding in int8: as llama.cpp's Q4_K_M keeps its output matrix at
         more bits, the one matrix every token's choice is read from keeps its precision."""
         for layer in self.model.layers:
             quantize_linears_int4(layer)
@@ -175,8 +176,12 @@ class LlamaForCausalLM(nn.Module):
     def _quantize_head_int8(self) -> None:
         head = Int8Linear.from_linear(self.lm_head)
         self.lm_head = head  # type: ignore[assignment]
-        if self.tie_word_embeddings:
-            self.model.embed_tokens = Int8Embedding(head)  # type: ignore[assignment]
+        embedding = (
+            Int8Embedding.tied_to(head)
+            if self.tie_word_embeddings
+            else Int8Embedding.from_embedding(self.model.embed_tokens)
+        )
+        self.model.embed_tokens = embedding  # type: ignore[assignment]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Vocabulary logits in float32."""

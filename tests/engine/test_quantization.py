@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -13,7 +15,9 @@ from engine.layers.quantization import (
     quantize_weight,
     weight_bytes,
 )
+from engine.model_loader import load_config_and_tokenizer, resolve_model
 from tests.engine.test_llm_engine import QUESTIONS
+from tests.engine.tiny_models import tiny_qwen2
 
 
 def test_quantized_weights_round_trip_within_half_a_step() -> None:
@@ -39,15 +43,30 @@ def test_int8_linear_matches_float_within_a_percent(bias: bool) -> None:
     assert float(relative) < 0.01
 
 
-def test_the_embedding_reads_the_int8_head_rows() -> None:
+def test_a_tied_embedding_reads_the_int8_head_rows() -> None:
     torch.manual_seed(0)
     head = Int8Linear.from_linear(torch.nn.Linear(32, 100, bias=False))
-    embedding = Int8Embedding(head)
+    embedding = Int8Embedding.tied_to(head)
     ids = torch.tensor([[0, 7], [99, 7]])
     rows = embedding(ids)
     expected = head.qweight[ids].float() * head.scales[ids, None].float()
     assert torch.equal(rows, expected)
-    assert list(embedding.parameters()) == [] and list(embedding.buffers()) == []
+    both = torch.nn.ModuleList([head, embedding])
+    assert weight_bytes(both) == weight_bytes(head)  # one table, held once
+
+
+def test_an_untied_embedding_gets_an_int8_table_of_its_own() -> None:
+    torch.manual_seed(0)
+    table = torch.nn.Embedding(100, 32)
+    embedding = Int8Embedding.from_embedding(table)
+    ids = torch.tensor([[0, 7], [99, 3]])
+    with torch.no_grad():
+        expected, got = table(ids), embedding(ids)
+    assert got.dtype == torch.float32 and got.shape == expected.shape
+    assert float((got - expected).norm() / expected.norm()) < 0.01
+    assert weight_bytes(embedding) < 0.3 * weight_bytes(table)
+    with pytest.raises(ValueError, match="int8 table"):
+        Int8Embedding(torch.zeros(4, 4), torch.ones(4), torch.float32)
 
 
 def test_quantize_linears_swaps_every_linear_and_bad_tensors_are_refused() -> None:
@@ -105,3 +124,33 @@ def test_the_int8_engine_follows_the_float_one_on_the_parity_prompts(
             gaps.append(abs(q_top[token] - f.outputs[0].logprobs[0]))
     assert same >= 19, same
     assert len(gaps) == len(prompts) and sorted(gaps)[len(gaps) // 2] < 0.1, gaps
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("quantization", ["int8", "int4"])
+def test_an_untied_model_keeps_no_float_embedding(quantization: str, tmp_path: Path) -> None:
+    """A model with its own output matrix (as Qwen2.5-1.5B's GGUF has): its token embedding is
+    int8 too, and greedy decoding still follows the float model's next tokens."""
+    _, _, tokenizer, _ = load_config_and_tokenizer(resolve_model(None), None)
+    directory = tmp_path / "untied"
+    tiny_qwen2(directory, tokenizer, 0.0)
+
+    def build(quantization: str | None) -> LLMEngine:
+        return LLMEngine(
+            EngineConfig(
+                model=str(directory),
+                device="cpu",
+                kv_cache_memory_bytes=8 << 20,
+                quantization=quantization,
+            )
+        )
+
+    floats, quantized = build(None), build(quantization)
+    assert not quantized.model.tie_word_embeddings
+    assert isinstance(quantized.model.model.embed_tokens, Int8Embedding)
+    assert not any(isinstance(m, torch.nn.Embedding) for m in quantized.model.modules())
+    assert weight_bytes(quantized.model) < 0.3 * weight_bytes(floats.model)
+    prompts = ["hello world " * 6, "the cat sat on the mat", "1 2 3 4 5 6 7 8"]
+    params = SamplingParams(max_tokens=1)
+    expected = [o.outputs[0].token_ids for o in floats.generate(prompts, params)]
+    assert [o.outputs[0].token_ids for o in quantized.generate(prompts, params)] == expected
