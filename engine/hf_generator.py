@@ -87,7 +87,8 @@ class HFGenerator(PromptFacade):
     def __init__(self, config: EngineConfig | None = None, *, source: ModelSource | None = None):
         self.config = config or EngineConfig()
         config = self.config
-        if config.quantization or config.speculative or config.decoding:
+        # "auto" is "whatever suits this backend": for transformers, the model's own weights.
+        if config.quantization not in (None, "auto") or config.speculative or config.decoding:
             raise ValueError(
                 "quantization, speculative and two-distribution decoding are features of our "
                 "engine; the transformers baseline runs the model's own weights one token at a "

@@ -43,6 +43,7 @@ class LLMEngine(PromptFacade):
             raise ValueError(f"cuda_graphs needs a CUDA device; the engine runs on {self.device}")
         loaded = load_model(config.model, config, self.device)
         self.source, model = loaded.source, loaded.model
+        self.quantization = loaded.quantization  # config.quantization with auto resolved
         hf_config, tokenizer = loaded.hf_config, loaded.tokenizer
         self.eos_token_ids = eos_token_ids(loaded.generation_config, tokenizer)
         self.model = model

@@ -17,6 +17,7 @@ from engine.model_loader import (
     resolve_model,
 )
 from engine.models.llama import SUPPORTED_MODEL_TYPES, LlamaForCausalLM
+from engine.weight_formats import resolve_quantization
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -31,11 +32,14 @@ class LoadedModel:
     hf_config: Any
     tokenizer: PreTrainedTokenizerBase
     generation_config: Any
+    quantization: str | None
+    """The weight format it runs in (``"auto"`` resolved)."""
 
 
 def load_model(model: str | None, config: EngineConfig, device: str) -> LoadedModel:
     """Build ``model`` (a profile, GGUF file or model directory; None = the default) in
-    ``config``'s dtype on ``device``, with ``config``'s quantization applied."""
+    ``config``'s dtype on ``device``, with ``config``'s quantization (``auto`` resolved for this
+    model: each model of a pair gets its own) applied."""
     source = resolve_model(model, allow_hub=config.allow_hub, cache_dir=config.cache_dir)
     directory, hf_config, tokenizer, generation_config = load_config_and_tokenizer(
         source, config.cache_dir
@@ -49,8 +53,9 @@ def load_model(model: str | None, config: EngineConfig, device: str) -> LoadedMo
     llama = LlamaForCausalLM(hf_config)
     llama.load_weights(load_state_dict(Path(directory)))
     llama = llama.to(device=device, dtype=dtype).eval()
-    if config.quantization == "int8":
+    quantization = resolve_quantization(config.quantization, source, device)
+    if quantization == "int8":
         llama.quantize_int8()
-    elif config.quantization == "int4":
+    elif quantization == "int4":
         llama.quantize_int4()
-    return LoadedModel(source, llama, hf_config, tokenizer, generation_config)
+    return LoadedModel(source, llama, hf_config, tokenizer, generation_config, quantization)

@@ -98,6 +98,38 @@ class Int4Linear(nn.Module):
         )
 
 
+class Int4Embedding(nn.Module):
+    """A token embedding kept in 4 bits: per row, groups of 32 codes packed two to a byte with a
+    scale and an offset each (as ``Int4Linear``'s weights, but in a layout of our own, since a
+    lookup reads whole rows rather than multiplying). Only the rows looked up are widened."""
+
+    packed: torch.Tensor
+    scales: torch.Tensor
+    zeros: torch.Tensor
+
+    def __init__(self, embedding: nn.Embedding) -> None:
+        super().__init__()
+        weight = embedding.weight
+        self.num_embeddings, self.embedding_dim = weight.shape
+        self.group_size = group_size_for(self.embedding_dim)
+        self.out_dtype = weight.dtype
+        q, scales, zeros = quantize_int4(weight, self.group_size)
+        codes = q.to(torch.uint8)
+        self.register_buffer("packed", codes[:, 0::2] | (codes[:, 1::2] << 4))
+        self.register_buffer("scales", scales.to(torch.bfloat16))
+        self.register_buffer("zeros", zeros.to(torch.bfloat16))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        packed = self.packed[ids]
+        codes = torch.stack([packed & 0xF, packed >> 4], dim=-1).flatten(-2)
+        groups = codes.unflatten(-1, (-1, self.group_size)).to(torch.float32) - 8
+        rows = groups * self.scales[ids, :, None].float() + self.zeros[ids, :, None].float()
+        return rows.flatten(-2).to(self.out_dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, int4 (groups of {self.group_size})"
+
+
 def quantize_linears_int4(module: nn.Module) -> int:
     """Replace every ``nn.Linear`` below ``module`` by an ``Int4Linear``; returns the count."""
     count = 0

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.layers.attention import AttentionMetadata, paged_attention, write_kv
-from engine.layers.int4 import quantize_linears_int4
+from engine.layers.int4 import Int4Embedding, quantize_linears_int4
 from engine.layers.quantization import Int8Embedding, Int8Linear, quantize_linears
 from engine.layers.rotary import RotaryEmbedding, apply_rotary
 
@@ -167,11 +167,15 @@ class LlamaForCausalLM(nn.Module):
 
     def quantize_int4(self) -> None:
         """The decoder layers' linear layers in int4 (groups of 32 weights, GGUF's blocks), the LM
-        head and the token embedding in int8: as llama.cpp's Q4_K_M keeps its output matrix at
-        more bits, the one matrix every token's choice is read from keeps its precision."""
+        head in int8: as llama.cpp's Q4_K_M keeps its output matrix at more bits, the one matrix
+        every token's choice is read from keeps its precision. A tied embedding reads the head's
+        int8 rows; an untied one is kept in int4, as Q4_K_M stores it."""
         for layer in self.model.layers:
             quantize_linears_int4(layer)
+        embedding = self.model.embed_tokens
         self._quantize_head_int8()
+        if not self.tie_word_embeddings:
+            self.model.embed_tokens = Int4Embedding(embedding)  # type: ignore[assignment]
 
     def _quantize_head_int8(self) -> None:
         head = Int8Linear.from_linear(self.lm_head)

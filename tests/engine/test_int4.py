@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.layers.int4 import (
+    Int4Embedding,
     Int4Linear,
     dequantize_int4,
     group_size_for,
@@ -14,6 +17,8 @@ from engine.layers.int4 import (
     quantize_linears_int4,
 )
 from engine.layers.quantization import Int8Linear, weight_bytes
+from engine.model_loader import ModelSource, resolve_model
+from engine.weight_formats import all_four_bit, gguf_decoder_types, resolve_quantization
 from tests.engine.test_llm_engine import QUESTIONS
 
 
@@ -66,6 +71,20 @@ def test_int4_linear_matches_float_within_its_precision(bias: bool) -> None:
     assert float((got - exact).norm() / exact.norm()) < 0.01
 
 
+def test_the_int4_embedding_widens_the_rows_it_looks_up() -> None:
+    """Rows are the dequantized int4 weights (scales and offsets in bf16); the table holds about
+    5 bits a weight."""
+    torch.manual_seed(0)
+    table = torch.nn.Embedding(100, 64)
+    embedding = Int4Embedding(table)
+    ids = torch.tensor([[0, 5], [99, 5]])
+    q, scales, zeros = quantize_int4(table.weight, 32)
+    rounded = (scales.bfloat16().float(), zeros.bfloat16().float())
+    expected = dequantize_int4(q, *rounded, 32)[ids]
+    assert torch.equal(embedding(ids), expected)
+    assert weight_bytes(embedding) <= 100 * 64 * 5 / 8
+
+
 def test_quantize_linears_int4_swaps_every_linear() -> None:
     model = torch.nn.Sequential(
         torch.nn.Linear(64, 32), torch.nn.Sequential(torch.nn.Linear(32, 64))
@@ -111,3 +130,31 @@ def test_the_int4_engine_agrees_with_the_float_one_on_the_next_token(
     text = int4_engine.generate(prompts[:1], SamplingParams(max_tokens=24))[0].outputs[0].text
     assert same >= 0.9 * len(prompts), same
     assert len(text.split()) >= 5
+
+
+def test_auto_is_int4_for_an_all_4_bit_gguf_on_a_cpu_and_int8_for_anything_else(
+    tmp_path: Path,
+) -> None:
+    """SmolLM2's GGUF stores every decoder matrix in Q4_1: int4 gives them back exactly. A file
+    with 5- or 6-bit matrices (Q4_K_M keeps some in Q6_K) or a float checkpoint gets int8; a GPU
+    the model's own dtype; an explicit choice stands."""
+    smollm2 = resolve_model(None)
+    assert gguf_decoder_types(Path(smollm2.directory) / str(smollm2.gguf_file)) == {"Q4_1"}
+    assert resolve_quantization("auto", smollm2, "cpu") == "int4"
+    assert resolve_quantization("auto", smollm2, "cuda:0") is None
+    assert resolve_quantization("int8", smollm2, "cpu") == "int8"
+    assert resolve_quantization(None, smollm2, "cpu") is None
+    checkpoint = ModelSource("float", str(tmp_path))
+    assert resolve_quantization("auto", checkpoint, "cpu") == "int8"
+    assert all_four_bit({"Q4_K", "Q4_0", "IQ4_XS", "Q3_K"})
+    assert not all_four_bit({"Q4_K", "Q6_K"}) and not all_four_bit({"Q5_0"})
+    assert not all_four_bit(set()) and not all_four_bit({"F16"})
+
+
+@pytest.mark.model
+def test_the_engine_resolves_auto_at_load() -> None:
+    engine = LLMEngine(
+        EngineConfig(device="cpu", quantization="auto", kv_cache_memory_bytes=8 << 20)
+    )
+    assert engine.quantization == "int4"
+    assert isinstance(engine.model.lm_head, Int8Linear)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.layers.int4 import Int4Embedding
 from engine.layers.quantization import (
     Int8Embedding,
     Int8Linear,
@@ -130,7 +131,8 @@ def test_the_int8_engine_follows_the_float_one_on_the_parity_prompts(
 @pytest.mark.parametrize("quantization", ["int8", "int4"])
 def test_an_untied_model_keeps_no_float_embedding(quantization: str, tmp_path: Path) -> None:
     """A model with its own output matrix (as Qwen2.5-1.5B's GGUF has): its token embedding is
-    int8 too, and greedy decoding still follows the float model's next tokens."""
+    quantized too (int8, or int4 with int4), and greedy decoding still follows the float model's
+    next tokens."""
     _, _, tokenizer, _ = load_config_and_tokenizer(resolve_model(None), None)
     directory = tmp_path / "untied"
     tiny_qwen2(directory, tokenizer, 0.0)
@@ -147,7 +149,8 @@ def test_an_untied_model_keeps_no_float_embedding(quantization: str, tmp_path: P
 
     floats, quantized = build(None), build(quantization)
     assert not quantized.model.tie_word_embeddings
-    assert isinstance(quantized.model.model.embed_tokens, Int8Embedding)
+    expected_table = Int8Embedding if quantization == "int8" else Int4Embedding
+    assert isinstance(quantized.model.model.embed_tokens, expected_table)
     assert not any(isinstance(m, torch.nn.Embedding) for m in quantized.model.modules())
     assert weight_bytes(quantized.model) < 0.3 * weight_bytes(floats.model)
     prompts = ["hello world " * 6, "the cat sat on the mat", "1 2 3 4 5 6 7 8"]

@@ -239,7 +239,7 @@ def test_several_candidates_vote(demo_pipeline: Pipeline) -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("int8", "int8"), ("", None), ("none", None), ("None", None), ("auto", "int8")],
+    [("int8", "int8"), ("", None), ("none", None), ("None", None), ("auto", "auto")],
 )
 def test_the_quantization_setting_reaches_the_engine_config(
     value: str, expected: str | None, monkeypatch: pytest.MonkeyPatch
@@ -250,14 +250,16 @@ def test_the_quantization_setting_reaches_the_engine_config(
     assert Settings(_env_file=None).engine.engine_config().quantization == expected
 
 
-def test_the_cpu_default_is_int8_and_float32_stays_a_setting(
+def test_the_default_lets_the_engine_choose_and_float32_stays_a_setting(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """``auto`` reaches our engine, which picks per model at load (tests/engine/test_int4.py);
+    the transformers and remote backends get the model's own weights."""
     from rag.settings import Settings
 
     monkeypatch.delenv("RAGGUARD_QUANTIZATION", raising=False)
-    assert Settings(device="cpu", _env_file=None).engine.engine_config().quantization == "int8"
-    assert Settings(device="cuda", _env_file=None).engine.engine_config().quantization is None
+    assert Settings(device="cpu", _env_file=None).engine.engine_config().quantization == "auto"
+    assert Settings(device="cuda", _env_file=None).engine.engine_config().quantization == "auto"
     assert Settings(generator="hf", _env_file=None).engine.engine_config().quantization is None
     assert Settings(quantization=None, _env_file=None).engine.engine_config().quantization is None
 
