@@ -51,7 +51,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -66,6 +66,14 @@ def synchronize() -> None:
 
     if DEVICE.startswith("cuda"):
         torch.cuda.synchronize()
+
+
+def decode_seconds(timing: Any, *, with_prefill: bool = False) -> float:
+    """A finished request's time after its first token (or from its arrival, ``with_prefill``)."""
+    assert timing.e2e_latency_s is not None and timing.time_to_first_token_s is not None
+    if with_prefill:
+        return float(timing.e2e_latency_s)
+    return float(timing.e2e_latency_s - timing.time_to_first_token_s)
 
 
 def token_stream(data_dir: Path, tokenizer: Any, num_tokens: int) -> list[int]:
@@ -141,7 +149,7 @@ def worker_load(args: argparse.Namespace) -> dict[str, Any]:
         elapsed = time.perf_counter() - started
         produced = sum(len(o.outputs[0].token_ids) for o in outputs)
         stats = engine.stats()
-        extra = {
+        extra: dict[str, Any] = {
             "kv_blocks": engine.block_manager.num_blocks,
             "draft_tokens": stats.num_draft_tokens,
             "accepted_tokens": stats.num_accepted_tokens,
@@ -255,7 +263,8 @@ def bench_decode(
 def bench_prefix_cache(
     engine: Any, params_cls: Any, stream: list[int], repeats: int
 ) -> dict[str, Any]:
-    misses, hits = [], []
+    misses: list[float] = []
+    hits: list[float] = []
     params = params_cls(max_tokens=1, ignore_eos=True)
     for r in range(repeats):
         prefix = stream[5000 + r * 450 : 5400 + r * 450]
@@ -349,10 +358,7 @@ def bench_int8(stream: list[int], quick: bool) -> dict[str, Any]:
         for name in timed:
             engine = engines[name]
             out = engine.generate([prompt], decode)[0]
-            t = out.timing
-            rates[name].append(
-                (len(out.outputs[0].token_ids) - 1) / (t.e2e_latency_s - t.time_to_first_token_s)
-            )
+            rates[name].append((len(out.outputs[0].token_ids) - 1) / decode_seconds(out.timing))
             engine.block_manager.hash_to_block.clear()
             started = time.perf_counter()
             outs = engine.generate(batch_prompts, batch_params)
@@ -450,9 +456,8 @@ def bench_prompt_lookup(data_dir: Path, count: int) -> dict[str, Any]:
         for name, engine in (("plain", plain), ("speculative", speculative)):
             engine.block_manager.hash_to_block.clear()  # each side prefills the prompt itself
             out = engine.generate([prompt], params)[0]
-            t = out.timing
-            times[name].append(t.e2e_latency_s)
-            decode_times[name].append(t.e2e_latency_s - t.time_to_first_token_s)
+            times[name].append(decode_seconds(out.timing, with_prefill=True))
+            decode_times[name].append(decode_seconds(out.timing))
             outs[name] = out.outputs[0].token_ids
         identical += outs["plain"] == outs["speculative"]
         output_tokens += len(outs["plain"])
@@ -495,7 +500,7 @@ def bench_beam_search(engine: Any, count: int, max_tokens: int) -> dict[str, Any
         ids = torch.tensor([out.prompt_token_ids], device=DEVICE)
         started = time.perf_counter()
         with torch.inference_mode():
-            ref = hf.model.generate(
+            ref = cast(Any, hf.model).generate(
                 ids,
                 attention_mask=torch.ones_like(ids),
                 max_new_tokens=max_tokens,
@@ -690,10 +695,10 @@ def main() -> None:
         results["j_llama_cpp"] = bench_llama_cpp(engine, args.data_dir, stream, q)
     if load:
         print(f"\n(a) {num_requests} RAG-shaped requests, output tokens/s and peak RSS")
-        for v, r in load.items():
+        for variant, r in load.items():
             gpu = f"  GPU {r['peak_gpu_mb']:7.0f} MB" if "peak_gpu_mb" in r else ""
             print(
-                f"  {v:18s} {r['tokens_per_s']:8.1f} tok/s  {r['elapsed_s']:7.1f} s  "
+                f"  {variant:18s} {r['tokens_per_s']:8.1f} tok/s  {r['elapsed_s']:7.1f} s  "
                 f"RSS {r['peak_rss_mb']:7.0f} MB{gpu}"
             )
         for k, v in load_ratios.items():
