@@ -540,16 +540,25 @@ def bench_llama_cpp(engine: Any, data_dir: Path, stream: list[int], quick: bool)
         return {"skipped": skipped}
     engines = {"float32": engine, **anchor.build_engines(None, ["int8", "int4"], 256 << 20)}
     prompts = rag_answer_prompts(data_dir, engine.apply_chat_template, 4 if quick else 16)
-    return anchor.bench(
-        anchor.import_llama_cpp(),
-        gguf,
-        engines,
-        stream[3000:3197],  # (c)'s prompt
-        32 if quick else 128,
-        [engine.prompts.encode(p) for p in prompts],
-        torch.get_num_threads(),
-        load_engine=anchor.load_engine_for(None, "int4"),
-    )
+    answer_prompts = [engine.prompts.encode(p) for p in prompts]
+    decode_prompt, decode_tokens = stream[3000:3197], 32 if quick else 128  # (c)'s
+    threads = torch.get_num_threads()
+    n_ctx = anchor.context_size(decode_prompt, decode_tokens, answer_prompts)
+    process = anchor.LlamaCppProcess(gguf, threads, n_ctx)
+    try:
+        figures = anchor.bench(
+            process,
+            gguf,
+            engines,
+            decode_prompt,
+            decode_tokens,
+            answer_prompts,
+            threads,
+            load_engine=anchor.load_engine_for(None, "int4"),
+        )
+    finally:
+        process.close()
+    return {**figures, "llama_cpp_extra_buffers": process.extra_buffers}
 
 
 def run_worker(variant: str, requests_file: Path) -> dict[str, Any]:

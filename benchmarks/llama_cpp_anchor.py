@@ -33,6 +33,7 @@ so it is imported with ``importlib`` and handled as ``Any``.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -65,6 +66,11 @@ def import_llama_cpp() -> Any | None:
         return None
 
 
+def llama_cpp_installed() -> bool:
+    """Whether llama-cpp-python is installed, without loading it into this process."""
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
 def engine_gguf(engine: LLMEngine) -> Path | None:
     """The GGUF file ``engine`` loaded; None for a Hugging Face model directory."""
     source = engine.source
@@ -77,7 +83,7 @@ def skip_reason(device: str, gguf: Path | None) -> str | None:
         return "llama.cpp anchor skipped: it is a CPU anchor (run with --device cpu)"
     if gguf is None:
         return "llama.cpp anchor skipped: the engine's model is not a GGUF file"
-    if import_llama_cpp() is None:
+    if not llama_cpp_installed():
         return SKIP_LINE
     return None
 
@@ -106,9 +112,24 @@ class Run:
 class LlamaCppAnchor:
     """One ``llama_cpp.Llama`` on a GGUF, generating greedily exactly the tokens asked for."""
 
-    def __init__(self, llama_cpp: Any, gguf: Path, threads: int, n_ctx: int) -> None:
+    def __init__(
+        self, llama_cpp: Any, gguf: Path, threads: int, n_ctx: int, extra_buffers: bool = True
+    ) -> None:
         self.n_ctx = n_ctx
         self.version: str = getattr(llama_cpp, "__version__", "unknown")
+        if not extra_buffers:
+            # llama.cpp's "extra buffer types" hold weights repacked for its AMX and repack
+            # kernels. ``Llama`` takes no argument for them; it reads its defaults from the
+            # ctypes module ``llama_cpp.llama_cpp``, whose function is wrapped here.
+            bindings = llama_cpp.llama_cpp
+            default_params = bindings.llama_model_default_params
+
+            def params() -> Any:
+                chosen = default_params()
+                chosen.use_extra_bufts = False
+                return chosen
+
+            bindings.llama_model_default_params = params
         self.llama: Any = llama_cpp.Llama(
             model_path=str(gguf),
             n_threads=threads,
@@ -139,6 +160,91 @@ class LlamaCppAnchor:
         return Run(tokens, num_tokens, first - started, finished - started)
 
 
+class LlamaCppProcess:
+    """A ``LlamaCppAnchor`` in a process of its own, driven over pipes, one request at a time.
+
+    llama.cpp and torch each bring an OpenMP runtime, so they do not share a process; a process
+    of its own is also how a user runs llama.cpp. The parent waits for each answer, so the two
+    never compute at once.
+
+    Built where the CPU reports AMX, llama.cpp's AMX kernels died here of an illegal instruction
+    (a tile instruction, on a virtual machine), at a different request from run to run, also with
+    the process to itself. So where the CPU reports AMX the process runs with llama.cpp's extra
+    buffer types (its AMX and repacked-weight kernels) off, and multiplies from the GGUF's own
+    blocks; ``extra_buffers`` says which ran."""
+
+    def __init__(self, gguf: Path, threads: int, n_ctx: int) -> None:
+        self.extra_buffers = not cpu_reports_amx()
+        self._start(gguf, threads, n_ctx)
+
+    def _start(self, gguf: Path, threads: int, n_ctx: int) -> None:
+        import subprocess
+        import sys
+
+        command = [sys.executable, __file__, "--serve", str(gguf), str(threads), str(n_ctx)]
+        command += [] if self.extra_buffers else ["--no-extra-buffers"]
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+        )
+        self.version = str(self._read()["version"])
+
+    def _read(self) -> dict[str, Any]:
+        import json
+
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the llama.cpp process ended (exit code {self.process.wait()})")
+        reply: dict[str, Any] = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(f"llama.cpp: {reply['error']}")
+        return reply
+
+    def generate(self, prompt: Sequence[int], num_tokens: int) -> Run:
+        import json
+
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"prompt": list(prompt), "tokens": num_tokens}) + "\n")
+        self.process.stdin.flush()
+        reply = self._read()
+        return Run(reply["token_ids"], num_tokens, reply["ttft_s"], reply["e2e_s"])
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+def cpu_reports_amx() -> bool:
+    """Whether the CPU lists AMX tiles among its features (Linux: ``/proc/cpuinfo``)."""
+    try:
+        return " amx_tile" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+def serve(gguf: str, threads: int, n_ctx: int, extra_buffers: bool) -> None:
+    """The llama.cpp process: one JSON request a line in, one JSON reply a line out."""
+    import json
+    import sys
+
+    llama_cpp = import_llama_cpp()
+    if llama_cpp is None:
+        print(json.dumps({"error": SKIP_LINE}), flush=True)
+        return
+    anchor = LlamaCppAnchor(llama_cpp, Path(gguf), threads, n_ctx, extra_buffers)
+    print(json.dumps({"version": anchor.version}), flush=True)
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            run = anchor.generate(request["prompt"], request["tokens"])
+        except (ValueError, RuntimeError) as error:
+            print(json.dumps({"error": str(error)}), flush=True)
+            continue
+        timing = {"ttft_s": run.time_to_first_token_s, "e2e_s": run.e2e_s}
+        print(json.dumps({"token_ids": run.token_ids, **timing}), flush=True)
+
+
 def run_ours(engine: LLMEngine, prompt: list[int], params: SamplingParams) -> Run:
     """One request on our engine, its prefix cache cleared: it prefills the prompt itself."""
     from engine import FinishReason
@@ -160,8 +266,16 @@ def shared_prefix(reference: Sequence[int], other: Sequence[int]) -> int:
     )
 
 
+def context_size(
+    decode_prompt: Sequence[int], decode_tokens: int, answer_prompts: Sequence[Sequence[int]]
+) -> int:
+    """The llama.cpp context every run of ``bench`` fits in (a multiple of 256)."""
+    longest = max(len(decode_prompt) + decode_tokens, *(len(p) for p in answer_prompts))
+    return -(-(longest + ANSWER_TOKENS) // 256) * 256
+
+
 def bench(
-    llama_cpp: Any,
+    anchor: LlamaCppAnchor | LlamaCppProcess,
     gguf: Path,
     engines: Mapping[str, LLMEngine],
     decode_prompt: list[int],
@@ -171,14 +285,12 @@ def bench(
     repeats: int = 3,
     load_engine: LLMEngine | None = None,
 ) -> dict[str, Any]:
-    """(j): ``engines`` (the first is the reference for the answers' lengths) and llama.cpp on
-    ``gguf``, side by side in this process; figures as ``engine_speed.py`` prints them. With
-    ``load_engine`` (its prefix cache off), also the answers ``LOAD_COPIES`` times over at once."""
+    """(j): ``engines`` (the first is the reference for the answers' lengths) and llama.cpp
+    (``anchor``, on ``gguf``, with a context of at least ``context_size``), alternated; figures as
+    ``engine_speed.py`` prints them. With ``load_engine`` (its prefix cache off), also the answers
+    ``LOAD_COPIES`` times over at once."""
     from engine import SamplingParams
 
-    longest = max(len(decode_prompt) + decode_tokens, *(len(p) for p in answer_prompts))
-    n_ctx = -(-(longest + ANSWER_TOKENS) // 256) * 256
-    anchor = LlamaCppAnchor(llama_cpp, gguf, threads, n_ctx)
     sides = [*engines, LLAMA_CPP]
     warm_up = decode_prompt[:16]
     for engine in engines.values():
@@ -305,6 +417,11 @@ def main(argv: list[str] | None = None) -> None:
     import shlex
     import sys
 
+    arguments = sys.argv[1:] if argv is None else argv
+    if arguments[:1] == ["--serve"]:  # the llama.cpp process: no torch in it
+        extra_buffers = "--no-extra-buffers" not in arguments
+        serve(arguments[1], int(arguments[2]), int(arguments[3]), extra_buffers)
+        return
     import torch
 
     root = Path(__file__).resolve().parents[1]
@@ -319,8 +436,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--decode-tokens", type=int, default=128)
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     args = parser.parse_args(argv)
-    llama_cpp = import_llama_cpp()
-    if llama_cpp is None:
+    if not llama_cpp_installed():
         print(SKIP_LINE)
         return
     try:
@@ -333,17 +449,26 @@ def main(argv: list[str] | None = None) -> None:
     if gguf is None:
         parser.error("the model is not a GGUF file: llama.cpp cannot load it")
     stream = token_stream(args.data_dir, first.tokenizer, 8000)
+    decode_prompt = stream[3000:3197]
     prompts = rag_answer_prompts(args.data_dir, first.apply_chat_template, args.answers)
-    figures = bench(
-        llama_cpp,
-        gguf,
-        engines,
-        stream[3000:3197],
-        args.decode_tokens,
-        [first.prompts.encode(p) for p in prompts],
-        torch.get_num_threads(),
-        load_engine=load,
-    )
+    answer_prompts = [first.prompts.encode(p) for p in prompts]
+    threads = torch.get_num_threads()
+    n_ctx = context_size(decode_prompt, args.decode_tokens, answer_prompts)
+    process = LlamaCppProcess(gguf, threads, n_ctx)
+    try:
+        figures = bench(
+            process,
+            gguf,
+            engines,
+            decode_prompt,
+            args.decode_tokens,
+            answer_prompts,
+            threads,
+            load_engine=load,
+        )
+    finally:
+        process.close()
+    figures["llama_cpp_extra_buffers"] = process.extra_buffers
     figures["load_variant"] = args.load_variant
     for key, value in figures.items():
         print(f"{key}: {value:.3g}" if isinstance(value, float) else f"{key}: {value}")

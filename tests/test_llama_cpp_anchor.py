@@ -65,11 +65,14 @@ def test_every_side_does_the_same_work_and_the_load_is_measured(tiny: str) -> No
     fake = types.SimpleNamespace(Llama=FakeLlama, __version__="fake")
     engines = {"float32": _engine(tiny), "other": _engine(tiny)}
     prompts = [list(range(10 + i, 40 + i)) for i in range(3)]
+    decode_prompt = list(range(100, 130))
+    n_ctx = anchor.context_size(decode_prompt, 6, prompts)
+    assert n_ctx % 256 == 0 and n_ctx >= 30 + anchor.ANSWER_TOKENS
     figures = anchor.bench(
-        fake,
+        anchor.LlamaCppAnchor(fake, Path("model.gguf"), 2, n_ctx),
         Path("model.gguf"),
         engines,
-        list(range(100, 130)),
+        decode_prompt,
         6,
         prompts,
         threads=2,
