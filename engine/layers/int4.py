@@ -16,10 +16,13 @@ CPU only: PyTorch's CUDA int4 kernel takes another packing, not implemented here
 
 from __future__ import annotations
 
+import functools
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from engine.layers.quantization import compute_dtype
+from engine.layers.quantization import DENSE_ROWS, compute_dtype
 
 GROUP_SIZE = 32
 """Input columns per (scale, zero) pair: GGUF's block size."""
@@ -44,6 +47,36 @@ def quantize_int4(
     q = torch.round((w - low[..., None]) / scales[..., None]).clamp_(0, 15).to(torch.int32)
     zeros = low + scales * 8
     return q.reshape(out_features, in_features), scales, zeros
+
+
+PACK_ROWS = 64
+"""Output rows the CPU kernel packs together (its AVX-512 layout): for each input column, byte
+``d`` of a block holds row ``d``'s code in its low nibble and row ``d + 32``'s in its high one."""
+
+
+def unpack_int4(
+    packed: torch.Tensor, out_features: int, in_features: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """The ``q`` codes (``[out, in]``, in ``dtype``) a ``_convert_weight_to_int4pack_for_cpu``
+    result holds, read in the ``PACK_ROWS`` layout (``kernel_layout_is_known`` checks it)."""
+    blocks = packed.view(out_features // PACK_ROWS, in_features, PACK_ROWS // 2)
+    codes = torch.empty(out_features // PACK_ROWS, PACK_ROWS, in_features, dtype=dtype)
+    codes[:, : PACK_ROWS // 2].copy_((blocks & 0xF).transpose(1, 2))
+    codes[:, PACK_ROWS // 2 :].copy_((blocks >> 4).transpose(1, 2))
+    return codes.view(out_features, in_features)
+
+
+@functools.cache
+def kernel_layout_is_known() -> bool:
+    """Whether this PyTorch build packs int4 weights as ``unpack_int4`` reads them (the layout
+    is the kernel's own business and differs by CPU capability): checked once on a pattern."""
+    pattern = torch.Generator().manual_seed(0)
+    q = torch.randint(0, 16, (2 * PACK_ROWS, 64), dtype=torch.int32, generator=pattern)
+    try:
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+        return torch.equal(unpack_int4(packed, q.shape[0], q.shape[1], torch.int32), q)
+    except RuntimeError:
+        return False
 
 
 def dequantize_int4(
@@ -83,13 +116,32 @@ class Int4Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        flat = x.reshape(-1, self.in_features).to(self.compute_dtype).contiguous()
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(
-            flat, self.packed, self.group_size, self.scales_and_zeros
-        ).to(self.out_dtype)
+        flat = x.reshape(-1, self.in_features)
+        if flat.shape[0] >= DENSE_ROWS and self.can_widen:
+            # a prefill chunk: as for int8 (engine.layers.quantization.DENSE_ROWS), widening the
+            # weight and a float product beat the kernel, whose cost grows with every row
+            y = F.linear(flat.to(self.out_dtype), self.dequantized())
+        else:
+            flat = flat.to(self.compute_dtype).contiguous()
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(
+                flat, self.packed, self.group_size, self.scales_and_zeros
+            ).to(self.out_dtype)
         if self.bias is not None:
             y = y + self.bias
         return y.view(*shape[:-1], self.out_features)
+
+    @property
+    def can_widen(self) -> bool:
+        return self.out_features % PACK_ROWS == 0 and kernel_layout_is_known()
+
+    def dequantized(self) -> torch.Tensor:
+        """The float weight the packed codes and their groups' scales and zeros stand for (built
+        per call, dropped after)."""
+        weight = unpack_int4(self.packed, self.out_features, self.in_features, self.out_dtype)
+        grouped = weight.view(self.out_features, -1, self.group_size)
+        pairs = self.scales_and_zeros.to(self.out_dtype).transpose(0, 1)  # [out, groups, 2]
+        grouped.sub_(8).mul_(pairs[..., :1]).add_(pairs[..., 1:])
+        return weight
 
     def extra_repr(self) -> str:
         return (

@@ -18,6 +18,11 @@ import torch.nn.functional as F
 from torch import nn
 
 QMAX = 127
+DENSE_ROWS = 64
+"""From this many rows at once (a prefill chunk) an ``Int8Linear`` on the CPU widens its weight
+to float and multiplies densely: PyTorch's int8 kernel costs about the same per row at any row
+count, so at 128-512 rows it took 2-2.5x the time of widening plus a float32 product on this
+CPU's shapes, while below ~32 rows (decode, verification) it is the faster one."""
 
 
 def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -69,11 +74,20 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        flat = x.reshape(-1, self.in_features).to(self.compute_dtype)
-        y = torch._weight_int8pack_mm(flat, self.qweight, self.scales).to(self.out_dtype)
+        flat = x.reshape(-1, self.in_features)
+        if flat.shape[0] >= DENSE_ROWS and flat.device.type == "cpu":
+            y = F.linear(flat.to(self.out_dtype), self.dequantized())
+        else:
+            flat = flat.to(self.compute_dtype)
+            y = torch._weight_int8pack_mm(flat, self.qweight, self.scales).to(self.out_dtype)
         if self.bias is not None:
             y += self.bias
         return y.view(*shape[:-1], self.out_features)
+
+    def dequantized(self) -> torch.Tensor:
+        """The float weight the int8 rows and their scales stand for (built per call, dropped
+        after: the model keeps no float copy)."""
+        return self.qweight.to(self.out_dtype) * self.scales.to(self.out_dtype)[:, None]
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"

@@ -13,10 +13,11 @@ from engine.layers.int4 import (
     Int4Linear,
     dequantize_int4,
     group_size_for,
+    kernel_layout_is_known,
     quantize_int4,
     quantize_linears_int4,
 )
-from engine.layers.quantization import Int8Linear, weight_bytes
+from engine.layers.quantization import DENSE_ROWS, Int8Linear, weight_bytes
 from engine.model_loader import ModelSource, resolve_model
 from engine.weight_formats import all_four_bit, gguf_decoder_types, resolve_quantization
 from tests.engine.test_llm_engine import QUESTIONS
@@ -83,6 +84,28 @@ def test_the_int4_embedding_widens_the_rows_it_looks_up() -> None:
     expected = dequantize_int4(q, *rounded, 32)[ids]
     assert torch.equal(embedding(ids), expected)
     assert weight_bytes(embedding) <= 100 * 64 * 5 / 8
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_prefill_chunk_multiplies_the_widened_weight(bias: bool) -> None:
+    """From ``DENSE_ROWS`` rows on, the weight is read back out of the kernel's packing (its
+    layout checked on this machine) and multiplied in float32: the very weights the kernel
+    uses, so both agree to bf16 precision."""
+    if not kernel_layout_is_known():
+        pytest.skip("this PyTorch build packs int4 otherwise: prefill chunks use the kernel")
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(96, 192, bias=bias)
+    quantized = Int4Linear(linear)
+    q, scales, zeros = quantize_int4(linear.weight, quantized.group_size)
+    weight = dequantize_int4(q, scales.bfloat16().float(), zeros.bfloat16().float(), 32)
+    assert torch.equal(quantized.dequantized(), weight)
+    x = torch.randn(DENSE_ROWS + 3, 96)
+    with torch.no_grad():
+        dense = quantized(x)
+        exact = torch.nn.functional.linear(x, weight, linear.bias)
+        kernel = torch.cat([quantized(rows) for rows in x.split(DENSE_ROWS - 1)])
+    assert torch.allclose(dense, exact, atol=1e-5)
+    assert float((kernel - dense).norm() / dense.norm()) < 0.01
 
 
 def test_quantize_linears_int4_swaps_every_linear() -> None:

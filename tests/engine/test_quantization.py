@@ -10,6 +10,7 @@ import torch
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.layers.int4 import Int4Embedding
 from engine.layers.quantization import (
+    DENSE_ROWS,
     Int8Embedding,
     Int8Linear,
     quantize_linears,
@@ -42,6 +43,23 @@ def test_int8_linear_matches_float_within_a_percent(bias: bool) -> None:
     assert got.shape == expected.shape and got.dtype == torch.float32
     relative = (got - expected).norm() / expected.norm()
     assert float(relative) < 0.01
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_prefill_chunk_multiplies_the_widened_weight(bias: bool) -> None:
+    """From ``DENSE_ROWS`` rows on, the product is float32's with the very weights the int8
+    kernel uses, so it agrees with the kernel's (bf16 activations) to bf16 precision."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(256, 384, bias=bias)
+    quantized = Int8Linear.from_linear(linear)
+    x = torch.randn(DENSE_ROWS + 3, 256)
+    weight = quantized.qweight.float() * quantized.scales.float()[:, None]
+    with torch.no_grad():
+        dense = quantized(x)
+        exact = torch.nn.functional.linear(x, weight, linear.bias)
+        kernel = torch.cat([quantized(rows) for rows in x.split(DENSE_ROWS - 1)])
+    assert torch.allclose(dense, exact, atol=1e-5)
+    assert float((kernel - dense).norm() / dense.norm()) < 0.01
 
 
 def test_a_tied_embedding_reads_the_int8_head_rows() -> None:
