@@ -49,34 +49,39 @@ def quantize_int4(
     return q.reshape(out_features, in_features), scales, zeros
 
 
-PACK_ROWS = 64
-"""Output rows the CPU kernel packs together (its AVX-512 layout): for each input column, byte
-``d`` of a block holds row ``d``'s code in its low nibble and row ``d + 32``'s in its high one."""
+PACK_ROWS_CANDIDATES = (64, 32)
+"""Output rows the CPU kernel may pack together: for each input column, byte ``d`` of a block
+holds row ``d``'s code in its low nibble and row ``d + rows / 2``'s in its high one. 64 is what
+the AVX-512 build does (checked here); 32 is tried for narrower builds, unverified; a build that
+packs otherwise is left to its kernel for every product."""
 
 
 def unpack_int4(
-    packed: torch.Tensor, out_features: int, in_features: int, dtype: torch.dtype
+    packed: torch.Tensor, out_features: int, in_features: int, dtype: torch.dtype, rows: int
 ) -> torch.Tensor:
     """The ``q`` codes (``[out, in]``, in ``dtype``) a ``_convert_weight_to_int4pack_for_cpu``
-    result holds, read in the ``PACK_ROWS`` layout (``kernel_layout_is_known`` checks it)."""
-    blocks = packed.view(out_features // PACK_ROWS, in_features, PACK_ROWS // 2)
-    codes = torch.empty(out_features // PACK_ROWS, PACK_ROWS, in_features, dtype=dtype)
-    codes[:, : PACK_ROWS // 2].copy_((blocks & 0xF).transpose(1, 2))
-    codes[:, PACK_ROWS // 2 :].copy_((blocks >> 4).transpose(1, 2))
+    result holds, read as blocks of ``rows`` output rows (``kernel_pack_rows`` finds ``rows``)."""
+    blocks = packed.view(out_features // rows, in_features, rows // 2)
+    codes = torch.empty(out_features // rows, rows, in_features, dtype=dtype)
+    codes[:, : rows // 2].copy_((blocks & 0xF).transpose(1, 2))
+    codes[:, rows // 2 :].copy_((blocks >> 4).transpose(1, 2))
     return codes.view(out_features, in_features)
 
 
 @functools.cache
-def kernel_layout_is_known() -> bool:
-    """Whether this PyTorch build packs int4 weights as ``unpack_int4`` reads them (the layout
-    is the kernel's own business and differs by CPU capability): checked once on a pattern."""
+def kernel_pack_rows() -> int | None:
+    """The block of output rows this PyTorch build packs int4 weights in, if it is one
+    ``unpack_int4`` reads (the layout is the kernel's own business): found once, on a pattern."""
     pattern = torch.Generator().manual_seed(0)
-    q = torch.randint(0, 16, (2 * PACK_ROWS, 64), dtype=torch.int32, generator=pattern)
+    q = torch.randint(0, 16, (128, 64), dtype=torch.int32, generator=pattern)
     try:
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
-        return torch.equal(unpack_int4(packed, q.shape[0], q.shape[1], torch.int32), q)
     except RuntimeError:
-        return False
+        return None
+    for rows in PACK_ROWS_CANDIDATES:
+        if torch.equal(unpack_int4(packed, 128, 64, torch.int32, rows), q):
+            return rows
+    return None
 
 
 def dequantize_int4(
@@ -132,12 +137,15 @@ class Int4Linear(nn.Module):
 
     @property
     def can_widen(self) -> bool:
-        return self.out_features % PACK_ROWS == 0 and kernel_layout_is_known()
+        rows = kernel_pack_rows()
+        return rows is not None and self.out_features % rows == 0
 
     def dequantized(self) -> torch.Tensor:
         """The float weight the packed codes and their groups' scales and zeros stand for (built
         per call, dropped after)."""
-        weight = unpack_int4(self.packed, self.out_features, self.in_features, self.out_dtype)
+        rows = kernel_pack_rows()
+        assert rows is not None, "the kernel's packing is not one this layer can read"
+        weight = unpack_int4(self.packed, self.out_features, self.in_features, self.out_dtype, rows)
         grouped = weight.view(self.out_features, -1, self.group_size)
         pairs = self.scales_and_zeros.to(self.out_dtype).transpose(0, 1)  # [out, groups, 2]
         grouped.sub_(8).mul_(pairs[..., :1]).add_(pairs[..., 1:])
