@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.layers.quantization import DENSE_ROWS, compute_dtype
+from engine.layers.quantization import DENSE_ROWS, compute_dtype, dense_dtype
 
 GROUP_SIZE = 32
 """Input columns per (scale, zero) pair: GGUF's block size."""
@@ -125,7 +125,8 @@ class Int4Linear(nn.Module):
         if flat.shape[0] >= DENSE_ROWS and self.can_widen:
             # a prefill chunk: as for int8 (engine.layers.quantization.DENSE_ROWS), widening the
             # weight and a float product beat the kernel, whose cost grows with every row
-            y = F.linear(flat.to(self.out_dtype), self.dequantized())
+            dtype = dense_dtype()
+            y = F.linear(flat.to(dtype), self.dequantized(dtype)).to(self.out_dtype)
         else:
             flat = flat.to(self.compute_dtype).contiguous()
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(
@@ -140,14 +141,15 @@ class Int4Linear(nn.Module):
         rows = kernel_pack_rows()
         return rows is not None and self.out_features % rows == 0
 
-    def dequantized(self) -> torch.Tensor:
-        """The float weight the packed codes and their groups' scales and zeros stand for (built
-        per call, dropped after)."""
+    def dequantized(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The weight the packed codes and their groups' scales and zeros stand for, in
+        ``dtype`` (default: the layer's own; built per call, dropped after)."""
+        dtype = dtype or self.out_dtype
         rows = kernel_pack_rows()
         assert rows is not None, "the kernel's packing is not one this layer can read"
-        weight = unpack_int4(self.packed, self.out_features, self.in_features, self.out_dtype, rows)
+        weight = unpack_int4(self.packed, self.out_features, self.in_features, dtype, rows)
         grouped = weight.view(self.out_features, -1, self.group_size)
-        pairs = self.scales_and_zeros.to(self.out_dtype).transpose(0, 1)  # [out, groups, 2]
+        pairs = self.scales_and_zeros.to(dtype).transpose(0, 1)  # [out, groups, 2]
         grouped.sub_(8).mul_(pairs[..., :1]).add_(pairs[..., 1:])
         return weight
 

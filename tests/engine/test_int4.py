@@ -17,7 +17,7 @@ from engine.layers.int4 import (
     quantize_int4,
     quantize_linears_int4,
 )
-from engine.layers.quantization import DENSE_ROWS, Int8Linear, weight_bytes
+from engine.layers.quantization import DENSE_ROWS, Int8Linear, dense_dtype, weight_bytes
 from engine.model_loader import ModelSource, resolve_model
 from engine.weight_formats import all_four_bit, gguf_decoder_types, resolve_quantization
 from tests.engine.test_llm_engine import QUESTIONS
@@ -89,8 +89,8 @@ def test_the_int4_embedding_widens_the_rows_it_looks_up() -> None:
 @pytest.mark.parametrize("bias", [False, True])
 def test_a_prefill_chunk_multiplies_the_widened_weight(bias: bool) -> None:
     """From ``DENSE_ROWS`` rows on, the weight is read back out of the kernel's packing (its
-    layout found on this machine: blocks of 64 rows with AVX-512) and multiplied in float32: the very weights the kernel
-    uses, so both agree to bf16 precision."""
+    layout found on this machine: blocks of 64 rows with AVX-512) and multiplied densely: the
+    very weights the kernel uses, so both agree with float32's to bf16 precision."""
     if kernel_pack_rows() is None:
         pytest.skip("this PyTorch build packs int4 otherwise: prefill chunks use the kernel")
     torch.manual_seed(0)
@@ -104,7 +104,10 @@ def test_a_prefill_chunk_multiplies_the_widened_weight(bias: bool) -> None:
         dense = quantized(x)
         exact = torch.nn.functional.linear(x, weight, linear.bias)
         kernel = torch.cat([quantized(rows) for rows in x.split(DENSE_ROWS - 1)])
-    assert torch.allclose(dense, exact, atol=1e-5)
+    # in dense_dtype(): bf16 where the CPU multiplies it natively, else float32
+    assert float((dense - exact).norm() / exact.norm()) < (
+        0.01 if dense_dtype() != torch.float32 else 1e-6
+    )
     assert float((kernel - dense).norm() / dense.norm()) < 0.01
 
 
