@@ -92,11 +92,13 @@ class EngineSettings(Group):
     )
     quantization: Literal["auto", "int8", "int4"] | None = Field(
         "auto",
-        description="engine weights: auto = int8 on a CPU, the model's dtype on a GPU (int8 "
-        "kept task accuracy within 2 points of float32 and decodes ~3x faster: "
+        description="engine weights: auto = on a CPU int4 for a GGUF whose decoder matrices are "
+        "all 4-bit (the default SmolLM2), int8 for any other model; the model's dtype on a GPU "
+        "(both kept task accuracy within 2 points of float32 and decode 2-4x faster: "
         "docs/benchmarks.md); none = the model's dtype (float32 on a CPU); int8 = per-channel "
         "int8 weight-only linear layers (a quarter of fp32's bytes); int4 = the decoder's linear "
-        "layers in 4-bit groups and the LM head in int8 (about a sixth; CPU only)",
+        "layers in 4-bit groups of 32 (GGUF's blocks) and the LM head in int8 (about a sixth; "
+        "CPU only)",
     )
     speculative: Literal["prompt_lookup", "draft", "draft+prompt_lookup"] | None = Field(
         _ENGINE.speculative,  # type: ignore[arg-type]
@@ -217,13 +219,12 @@ class EngineSettings(Group):
         )
 
     def resolved_quantization(self) -> str | None:
-        """``auto``: int8 where our engine runs on a CPU, none on a GPU or in another backend
-        (transformers, a remote server)."""
-        if self.quantization != "auto":
-            return self.quantization
-        if self.generator in ("hf", "openai"):
+        """``auto`` stays ``auto`` for our engine, which resolves it per model at load (int4
+        for an all-4-bit GGUF on a CPU, else int8 on a CPU, the model's dtype on a GPU), and is
+        none in another backend (transformers, a remote server)."""
+        if self.quantization == "auto" and self.generator in ("hf", "openai"):
             return None
-        return "int8" if EngineConfig(device=self.device).resolved_device() == "cpu" else None
+        return self.quantization
 
     def remote_config(self, *, connect_in_background: bool = False) -> RemoteConfig | None:
         """The ``openai`` backend's server (its ``options``), or None for the other backends."""
