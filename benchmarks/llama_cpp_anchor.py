@@ -210,9 +210,15 @@ class LlamaCppProcess:
         return Run(reply["token_ids"], num_tokens, reply["ttft_s"], reply["e2e_s"])
 
     def close(self) -> None:
+        import subprocess
+
         if self.process.stdin is not None:
             self.process.stdin.close()
-        self.process.wait(timeout=60)
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
 def cpu_reports_amx() -> bool:
@@ -391,7 +397,12 @@ def build_engines(
         raise ValueError(f"unknown variants {unknown}: choose from {', '.join(VARIANTS)}")
     return {
         v: LLMEngine(
-            EngineConfig(model=model, kv_cache_memory_bytes=kv_bytes, quantization=VARIANTS[v])
+            EngineConfig(
+                model=model,
+                device="cpu",  # a CPU anchor, whatever else the machine has
+                kv_cache_memory_bytes=kv_bytes,
+                quantization=VARIANTS[v],
+            )
         )
         for v in variants
     }
@@ -404,6 +415,7 @@ def load_engine_for(model: str | None, variant: str) -> LLMEngine:
     return LLMEngine(
         EngineConfig(
             model=model,
+            device="cpu",
             kv_cache_memory_bytes=1 << 30,
             quantization=VARIANTS[variant],
             enable_prefix_caching=False,

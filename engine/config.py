@@ -53,9 +53,10 @@ class EngineConfig:
     only); "int4" stores the decoder layers' linear weights in 4 bits (groups of 32, GGUF's
     blocks, with a scale and an offset each, PyTorch's CPU int4 kernel) and the LM head in int8:
     about a sixth of fp32's weight bytes (CPU only); "auto" picks per model at load
-    (``engine.weight_formats``): on a CPU int4 for a GGUF that stores every decoder matrix in 4
-    bits (SmolLM2's Q4_1), int8 otherwise; on a GPU the model's dtype. The settings' default is
-    "auto"; this class's stays None, so that a library caller gets the checkpoint's numbers."""
+    (``engine.weight_formats``): on a CPU int4 for a GGUF that stores every decoder matrix in
+    Q4_1 (SmolLM2's), which int4 holds exactly, int8 otherwise; on a GPU the model's dtype. The
+    settings' default is "auto"; this class's stays None, so that a library caller gets the
+    checkpoint's numbers."""
     speculative: str | None = None
     """None decodes one token per step; "prompt_lookup" also computes up to
     ``num_speculative_tokens`` guesses copied from the sequence's own prompt and output (after

@@ -1,12 +1,15 @@
 """The weight format our engine runs a model in when asked for ``quantization="auto"``.
 
 On a GPU: the model's own dtype (the weight-only kernels are CPU-first). On a CPU: int4 where the
-file stores every decoder matrix in 4 bits or fewer (a Q4_0 or Q4_1 GGUF such as SmolLM2's): int4's
-groups are GGUF's blocks, so it gives those matrices back their own codes and loses nothing the file
-had, while decoding faster than int8 (docs/benchmarks.md, "The CPU default"). Everything else gets
-int8: a Q4_K_M file keeps some matrices in 6 bits (Qwen2.5's ``ffn_down`` and ``attn_v`` in half
-the layers) and a Q5_0 one most of them in 5, which 4 bits would cut; a float checkpoint has no
-4-bit form to keep.
+file stores every decoder matrix in Q4_1 (SmolLM2's GGUF) and this PyTorch has the CPU int4
+kernel. int4's groups are Q4_1's blocks of 32 with a scale and an offset, and a Q4_1 block spans
+its 16 levels by construction, so int4 gives it back its own codes: it loses nothing the file had
+beyond bf16 rounding, and decodes faster than int8 (docs/benchmarks.md, "The CPU default").
+Everything else gets int8: other 4-bit formats are not given back exactly by a group's minimum and
+maximum (Q4_0 is symmetric and seldom reaches code 15, Q4_K's and the IQ formats' grids are
+optimised or not linear), a Q4_K_M file also keeps some matrices in 6 bits (Qwen2.5's
+``ffn_down`` and ``attn_v`` in half the layers), a Q5_0 one most of them in 5, and a float
+checkpoint has no 4-bit form to keep.
 """
 
 from __future__ import annotations
@@ -15,14 +18,12 @@ import functools
 from collections.abc import Iterable
 from pathlib import Path
 
+import torch
+
 from engine.model_loader import ModelSource
 
-FOUR_BITS_OR_FEWER = ("Q4_", "Q3_", "Q2_", "IQ4_", "IQ3_", "IQ2_", "IQ1_", "TQ")
-"""GGUF tensor types (name prefixes) that store a weight in 4 bits or fewer."""
-
-
-def is_four_bit(type_name: str) -> bool:
-    return type_name.startswith(FOUR_BITS_OR_FEWER)
+EXACT_IN_INT4 = frozenset({"Q4_1"})
+"""GGUF tensor types whose blocks int4's groups of 32 hold exactly (up to bf16 rounding)."""
 
 
 @functools.lru_cache(maxsize=16)
@@ -41,9 +42,17 @@ def gguf_decoder_types(path: Path) -> frozenset[str]:
     )
 
 
-def all_four_bit(types: Iterable[str]) -> bool:
-    types = list(types)
-    return bool(types) and all(is_four_bit(t) for t in types)
+def all_exact_in_int4(types: Iterable[str]) -> bool:
+    types = set(types)
+    return bool(types) and types <= EXACT_IN_INT4
+
+
+def cpu_int4_kernel_available() -> bool:
+    """PyTorch's CPU int4 weight-only kernel arrived in 2.6; older builds get int8."""
+    ops = torch.ops.aten
+    return hasattr(ops, "_weight_int4pack_mm_for_cpu") and hasattr(
+        ops, "_convert_weight_to_int4pack_for_cpu"
+    )
 
 
 def resolve_quantization(quantization: str | None, source: ModelSource, device: str) -> str | None:
@@ -55,4 +64,4 @@ def resolve_quantization(quantization: str | None, source: ModelSource, device: 
     if source.gguf_file is None or source.is_hub:
         return "int8"
     types = gguf_decoder_types(Path(source.directory) / source.gguf_file)
-    return "int4" if all_four_bit(types) else "int8"
+    return "int4" if all_exact_in_int4(types) and cpu_int4_kernel_available() else "int8"

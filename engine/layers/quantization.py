@@ -21,7 +21,8 @@ from torch import nn
 
 QMAX = 127
 DENSE_ROWS = 64
-"""From this many rows at once (a prefill chunk) an ``Int8Linear`` on the CPU widens its weight
+"""From this many rows in one step (a prefill chunk, or that many sequences and chunks at once)
+an ``Int8Linear`` on the CPU widens its weight
 (to ``dense_dtype()``) and multiplies densely: PyTorch's int8 kernel costs about the same per row
 at any row count, so at 128-512 rows it took 2-2.5x the time of widening plus a float32 product
 on this CPU's shapes, while below ~32 rows (decode, verification) it is the faster one."""
@@ -81,6 +82,10 @@ class Int8Linear(nn.Module):
         self.register_buffer("qweight", qweight.contiguous())
         self.register_buffer("scales", scales.to(self.compute_dtype))
         self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
+        # The LM head turns this off: its rows are sequences, not prompt tokens, and widening
+        # the largest matrix (Qwen's 151936 x 1536) for a step of many sequences costs more
+        # than the kernel.
+        self.dense_prefill = True
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> Int8Linear:
@@ -90,7 +95,7 @@ class Int8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         flat = x.reshape(-1, self.in_features)
-        if flat.shape[0] >= DENSE_ROWS and flat.device.type == "cpu":
+        if self.dense_prefill and flat.shape[0] >= DENSE_ROWS and flat.device.type == "cpu":
             dtype = dense_dtype()
             y = F.linear(flat.to(dtype), self.dequantized(dtype)).to(self.out_dtype)
         else:
@@ -104,7 +109,7 @@ class Int8Linear(nn.Module):
         """The weight the int8 rows and their scales stand for, in ``dtype`` (default: the
         layer's own; built per call, dropped after: the model keeps no float copy)."""
         dtype = dtype or self.out_dtype
-        return self.qweight.to(dtype) * self.scales.to(dtype)[:, None]
+        return self.qweight.to(dtype).mul_(self.scales.to(dtype)[:, None])
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"

@@ -163,7 +163,13 @@ class LlamaForCausalLM(nn.Module):
         largest matrices."""
         for layer in self.model.layers:
             quantize_linears(layer)
-        self._quantize_head_int8()
+        head = self._quantize_head_int8()
+        embedding = (
+            Int8Embedding.tied_to(head)
+            if self.tie_word_embeddings
+            else Int8Embedding.from_embedding(self.model.embed_tokens)
+        )
+        self.model.embed_tokens = embedding  # type: ignore[assignment]
 
     def quantize_int4(self) -> None:
         """The decoder layers' linear layers in int4 (groups of 32 weights, GGUF's blocks), the LM
@@ -172,20 +178,19 @@ class LlamaForCausalLM(nn.Module):
         int8 rows; an untied one is kept in int4, as Q4_K_M stores it."""
         for layer in self.model.layers:
             quantize_linears_int4(layer)
-        embedding = self.model.embed_tokens
-        self._quantize_head_int8()
-        if not self.tie_word_embeddings:
-            self.model.embed_tokens = Int4Embedding(embedding)  # type: ignore[assignment]
-
-    def _quantize_head_int8(self) -> None:
-        head = Int8Linear.from_linear(self.lm_head)
-        self.lm_head = head  # type: ignore[assignment]
+        head = self._quantize_head_int8()
         embedding = (
             Int8Embedding.tied_to(head)
             if self.tie_word_embeddings
-            else Int8Embedding.from_embedding(self.model.embed_tokens)
+            else Int4Embedding(self.model.embed_tokens)
         )
         self.model.embed_tokens = embedding  # type: ignore[assignment]
+
+    def _quantize_head_int8(self) -> Int8Linear:
+        head = Int8Linear.from_linear(self.lm_head)
+        head.dense_prefill = False
+        self.lm_head = head  # type: ignore[assignment]
+        return head
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Vocabulary logits in float32."""

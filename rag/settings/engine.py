@@ -93,7 +93,7 @@ class EngineSettings(Group):
     quantization: Literal["auto", "int8", "int4"] | None = Field(
         "auto",
         description="engine weights: auto = on a CPU int4 for a GGUF whose decoder matrices are "
-        "all 4-bit (the default SmolLM2), int8 for any other model; the model's dtype on a GPU "
+        "all Q4_1 (the default SmolLM2), int8 for any other model; the model's dtype on a GPU "
         "(both kept task accuracy within 2 points of float32 and decode 2-4x faster: "
         "docs/benchmarks.md); none = the model's dtype (float32 on a CPU); int8 = per-channel "
         "int8 weight-only linear layers (a quarter of fp32's bytes); int4 = the decoder's linear "
@@ -220,7 +220,7 @@ class EngineSettings(Group):
 
     def resolved_quantization(self) -> str | None:
         """``auto`` stays ``auto`` for our engine, which resolves it per model at load (int4
-        for an all-4-bit GGUF on a CPU, else int8 on a CPU, the model's dtype on a GPU), and is
+        for an all-Q4_1 GGUF on a CPU, else int8 on a CPU, the model's dtype on a GPU), and is
         none in another backend (transformers, a remote server)."""
         if self.quantization == "auto" and self.generator in ("hf", "openai"):
             return None

@@ -19,7 +19,7 @@ from engine.layers.int4 import (
 )
 from engine.layers.quantization import DENSE_ROWS, Int8Linear, dense_dtype, weight_bytes
 from engine.model_loader import ModelSource, resolve_model
-from engine.weight_formats import all_four_bit, gguf_decoder_types, resolve_quantization
+from engine.weight_formats import all_exact_in_int4, gguf_decoder_types, resolve_quantization
 from tests.engine.test_llm_engine import QUESTIONS
 
 
@@ -32,7 +32,7 @@ def test_groups_are_gguf_blocks_of_32() -> None:
 def test_a_gguf_q4_block_comes_back_with_its_own_codes() -> None:
     """Weights dequantized from Q4_1 blocks (``d * q + m``, q in 0..15, one d and m per 32
     columns) that span their 16 levels re-quantize to the same codes, and so to the same weights
-    up to float rounding: int4 adds no error of its own to a 4-bit GGUF."""
+    up to float rounding: int4 adds no error of its own to a Q4_1 GGUF."""
     torch.manual_seed(0)
     codes = torch.randint(0, 16, (8, 128), dtype=torch.int32)
     codes[:, ::32], codes[:, 1::32] = 0, 15  # every block spans its range
@@ -133,6 +133,7 @@ def test_the_int4_model_keeps_under_a_fifth_of_the_weight_bytes(
     """The decoder's linear layers in int4 and the LM head (tied to the embeddings) in int8."""
     assert weight_bytes(int4_engine.model) < 0.2 * weight_bytes(llm_engine.model)
     assert isinstance(int4_engine.model.lm_head, Int8Linear)
+    assert not int4_engine.model.lm_head.dense_prefill  # its rows are sequences, not tokens
     layer = int4_engine.model.model.layers[0]
     assert not any(isinstance(m, torch.nn.Linear) for m in layer.modules())
 
@@ -158,12 +159,12 @@ def test_the_int4_engine_agrees_with_the_float_one_on_the_next_token(
     assert len(text.split()) >= 5
 
 
-def test_auto_is_int4_for_an_all_4_bit_gguf_on_a_cpu_and_int8_for_anything_else(
+def test_auto_is_int4_for_an_all_q4_1_gguf_on_a_cpu_and_int8_for_anything_else(
     tmp_path: Path,
 ) -> None:
-    """SmolLM2's GGUF stores every decoder matrix in Q4_1: int4 gives them back exactly. A file
-    with 5- or 6-bit matrices (Q4_K_M keeps some in Q6_K) or a float checkpoint gets int8; a GPU
-    the model's own dtype; an explicit choice stands."""
+    """SmolLM2's GGUF stores every decoder matrix in Q4_1: int4 gives them back exactly. Other
+    formats (Q4_K_M, which also keeps some matrices in Q6_K; Q5_0) and float checkpoints get
+    int8; a GPU the model's own dtype; an explicit choice stands."""
     smollm2 = resolve_model(None)
     assert gguf_decoder_types(Path(smollm2.directory) / str(smollm2.gguf_file)) == {"Q4_1"}
     assert resolve_quantization("auto", smollm2, "cpu") == "int4"
@@ -172,9 +173,10 @@ def test_auto_is_int4_for_an_all_4_bit_gguf_on_a_cpu_and_int8_for_anything_else(
     assert resolve_quantization(None, smollm2, "cpu") is None
     checkpoint = ModelSource("float", str(tmp_path))
     assert resolve_quantization("auto", checkpoint, "cpu") == "int8"
-    assert all_four_bit({"Q4_K", "Q4_0", "IQ4_XS", "Q3_K"})
-    assert not all_four_bit({"Q4_K", "Q6_K"}) and not all_four_bit({"Q5_0"})
-    assert not all_four_bit(set()) and not all_four_bit({"F16"})
+    assert all_exact_in_int4({"Q4_1"})
+    assert not all_exact_in_int4({"Q4_1", "Q6_K"}) and not all_exact_in_int4({"Q4_K"})
+    assert not all_exact_in_int4({"Q4_0"}) and not all_exact_in_int4({"Q5_0"})
+    assert not all_exact_in_int4(set()) and not all_exact_in_int4({"F16"})
 
 
 @pytest.mark.model
