@@ -94,7 +94,7 @@ class EngineSettings(Group):
         "auto",
         description="engine weights: auto = on a CPU int4 for a GGUF whose decoder matrices are "
         "all Q4_1 (the default SmolLM2), int8 for any other model; the model's dtype on a GPU "
-        "(both kept task accuracy within 2 points of float32 and decode 2-4x faster: "
+        "(SmolLM2's int4 kept task accuracy within a point of float32 and decodes 1.5x as fast: "
         "docs/benchmarks.md); none = the model's dtype (float32 on a CPU); int8 = per-channel "
         "int8 weight-only linear layers (a quarter of fp32's bytes); int4 = the decoder's linear "
         "layers in 4-bit groups of 32 (GGUF's blocks) and the LM head in int8 (about a sixth; "
