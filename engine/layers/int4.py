@@ -114,6 +114,10 @@ class Int4Linear(nn.Module):
         # [groups, out_features, 2]: the kernel's layout of each group's (scale, zero).
         pairs = torch.stack([scales, zeros], dim=-1).transpose(0, 1).contiguous()
         self.register_buffer("packed", packed)
+        # The packing's row blocks, where this build's layout is known and they tile the layer:
+        # only then can a prefill chunk read the weight back (``dequantized``).
+        rows = kernel_pack_rows()
+        self.pack_rows = rows if rows is not None and self.out_features % rows == 0 else None
         self.register_buffer("scales_and_zeros", pairs.to(self.compute_dtype))
         self.bias = (
             None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
@@ -122,7 +126,7 @@ class Int4Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         flat = x.reshape(-1, self.in_features)
-        if flat.shape[0] >= DENSE_ROWS and self.can_widen:
+        if flat.shape[0] >= DENSE_ROWS and self.pack_rows is not None:
             # a prefill chunk: as for int8 (engine.layers.quantization.DENSE_ROWS), widening the
             # weight and a float product beat the kernel, whose cost grows with every row
             dtype = dense_dtype()
@@ -136,18 +140,15 @@ class Int4Linear(nn.Module):
             y = y + self.bias
         return y.view(*shape[:-1], self.out_features)
 
-    @property
-    def can_widen(self) -> bool:
-        rows = kernel_pack_rows()
-        return rows is not None and self.out_features % rows == 0
-
     def dequantized(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         """The weight the packed codes and their groups' scales and zeros stand for, in
         ``dtype`` (default: the layer's own; built per call, dropped after)."""
         dtype = dtype or self.out_dtype
-        rows = kernel_pack_rows()
-        assert rows is not None, "the kernel's packing is not one this layer can read"
-        weight = unpack_int4(self.packed, self.out_features, self.in_features, dtype, rows)
+        if self.pack_rows is None:
+            raise ValueError("this PyTorch build packs int4 weights in a layout we cannot read")
+        weight = unpack_int4(
+            self.packed, self.out_features, self.in_features, dtype, self.pack_rows
+        )
         grouped = weight.view(self.out_features, -1, self.group_size)
         pairs = self.scales_and_zeros.to(dtype).transpose(0, 1)  # [out, groups, 2]
         grouped.sub_(8).mul_(pairs[..., :1]).add_(pairs[..., 1:])

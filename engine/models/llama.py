@@ -7,6 +7,7 @@ rope scalings transformers defines (llama3, yarn, ...) are supported.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -163,13 +164,7 @@ class LlamaForCausalLM(nn.Module):
         largest matrices."""
         for layer in self.model.layers:
             quantize_linears(layer)
-        head = self._quantize_head_int8()
-        embedding = (
-            Int8Embedding.tied_to(head)
-            if self.tie_word_embeddings
-            else Int8Embedding.from_embedding(self.model.embed_tokens)
-        )
-        self.model.embed_tokens = embedding  # type: ignore[assignment]
+        self._quantize_head_int8(untied_embedding=Int8Embedding.from_embedding)
 
     def quantize_int4(self) -> None:
         """The decoder layers' linear layers in int4 (groups of 32 weights, GGUF's blocks), the LM
@@ -178,19 +173,20 @@ class LlamaForCausalLM(nn.Module):
         int8 rows; an untied one is kept in int4, as Q4_K_M stores it."""
         for layer in self.model.layers:
             quantize_linears_int4(layer)
-        head = self._quantize_head_int8()
-        embedding = (
-            Int8Embedding.tied_to(head)
-            if self.tie_word_embeddings
-            else Int4Embedding(self.model.embed_tokens)
-        )
-        self.model.embed_tokens = embedding  # type: ignore[assignment]
+        self._quantize_head_int8(untied_embedding=Int4Embedding)
 
-    def _quantize_head_int8(self) -> Int8Linear:
+    def _quantize_head_int8(self, untied_embedding: Callable[[nn.Embedding], nn.Module]) -> None:
+        """The LM head in int8 (kept on the kernel at any row count: its rows are sequences), and
+        the embedding reading its rows when tied, else ``untied_embedding`` of its own table."""
         head = Int8Linear.from_linear(self.lm_head)
         head.dense_prefill = False
         self.lm_head = head  # type: ignore[assignment]
-        return head
+        embedding = (
+            Int8Embedding.tied_to(head)
+            if self.tie_word_embeddings
+            else untied_embedding(self.model.embed_tokens)
+        )
+        self.model.embed_tokens = embedding  # type: ignore[assignment]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Vocabulary logits in float32."""

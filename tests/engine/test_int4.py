@@ -17,10 +17,11 @@ from engine.layers.int4 import (
     quantize_int4,
     quantize_linears_int4,
 )
-from engine.layers.quantization import DENSE_ROWS, Int8Linear, dense_dtype, weight_bytes
+from engine.layers.quantization import Int8Linear, weight_bytes
 from engine.model_loader import ModelSource, resolve_model
 from engine.weight_formats import all_exact_in_int4, gguf_decoder_types, resolve_quantization
 from tests.engine.test_llm_engine import QUESTIONS
+from tests.engine.test_quantization import check_the_dense_path
 
 
 def test_groups_are_gguf_blocks_of_32() -> None:
@@ -91,7 +92,7 @@ def test_a_prefill_chunk_multiplies_the_widened_weight(bias: bool) -> None:
     """From ``DENSE_ROWS`` rows on, the weight is read back out of the kernel's packing (its
     layout found on this machine: blocks of 64 rows with AVX-512) and multiplied densely: the
     very weights the kernel uses, so both agree with float32's to bf16 precision."""
-    if kernel_pack_rows() is None:
+    if kernel_pack_rows() is None:  # then the layer never widens
         pytest.skip("this PyTorch build packs int4 otherwise: prefill chunks use the kernel")
     torch.manual_seed(0)
     linear = torch.nn.Linear(96, 192, bias=bias)
@@ -99,16 +100,7 @@ def test_a_prefill_chunk_multiplies_the_widened_weight(bias: bool) -> None:
     q, scales, zeros = quantize_int4(linear.weight, quantized.group_size)
     weight = dequantize_int4(q, scales.bfloat16().float(), zeros.bfloat16().float(), 32)
     assert torch.equal(quantized.dequantized(), weight)
-    x = torch.randn(DENSE_ROWS + 3, 96)
-    with torch.no_grad():
-        dense = quantized(x)
-        exact = torch.nn.functional.linear(x, weight, linear.bias)
-        kernel = torch.cat([quantized(rows) for rows in x.split(DENSE_ROWS - 1)])
-    # in dense_dtype(): bf16 where the CPU multiplies it natively, else float32
-    assert float((dense - exact).norm() / exact.norm()) < (
-        0.01 if dense_dtype() != torch.float32 else 1e-6
-    )
-    assert float((kernel - dense).norm() / dense.norm()) < 0.01
+    check_the_dense_path(quantized, weight, linear.bias)
 
 
 def test_quantize_linears_int4_swaps_every_linear() -> None:

@@ -53,13 +53,21 @@ def test_a_prefill_chunk_multiplies_the_widened_weight(bias: bool) -> None:
     torch.manual_seed(0)
     linear = torch.nn.Linear(256, 384, bias=bias)
     quantized = Int8Linear.from_linear(linear)
-    x = torch.randn(DENSE_ROWS + 3, 256)
     weight = quantized.qweight.float() * quantized.scales.float()[:, None]
+    check_the_dense_path(quantized, weight, linear.bias)
+
+
+def check_the_dense_path(
+    quantized: torch.nn.Module, weight: torch.Tensor, bias: torch.Tensor | None
+) -> None:
+    """``DENSE_ROWS`` rows and more go the dense way; the product then equals float32's with
+    ``weight`` (to bf16 precision where ``dense_dtype()`` is bf16) and the kernel's, fed the same
+    rows in smaller chunks."""
+    x = torch.randn(DENSE_ROWS + 3, weight.shape[1])
     with torch.no_grad():
         dense = quantized(x)
-        exact = torch.nn.functional.linear(x, weight, linear.bias)
+        exact = torch.nn.functional.linear(x, weight, bias)
         kernel = torch.cat([quantized(rows) for rows in x.split(DENSE_ROWS - 1)])
-    # in dense_dtype(): bf16 where the CPU multiplies it natively, else float32
     assert float((dense - exact).norm() / exact.norm()) < (
         0.01 if dense_dtype() != torch.float32 else 1e-6
     )
