@@ -11,9 +11,9 @@ import torch
 from engine.config import EngineConfig
 from engine.errors import ModelLoadError
 from engine.model_loader import (
+    CheckpointTensors,
     ModelSource,
     load_config_and_tokenizer,
-    load_state_dict,
     resolve_model,
 )
 from engine.models.llama import SUPPORTED_MODEL_TYPES, LlamaForCausalLM
@@ -49,13 +49,12 @@ def load_model(model: str | None, config: EngineConfig, device: str) -> LoadedMo
             f"the engine runs {SUPPORTED_MODEL_TYPES} models, not {hf_config.model_type!r}: "
             "use the transformers backend ('hf')"
         )
-    dtype = getattr(torch, config.resolved_dtype())
-    llama = LlamaForCausalLM(hf_config)
-    llama.load_weights(load_state_dict(Path(directory)))
-    llama = llama.to(device=device, dtype=dtype).eval()
     quantization = resolve_quantization(config.quantization, source, device)
-    if quantization == "int8":
-        llama.quantize_int8()
-    elif quantization == "int4":
-        llama.quantize_int4()
+    llama = LlamaForCausalLM.from_checkpoint(
+        hf_config,
+        CheckpointTensors(Path(directory)),
+        device=device,
+        dtype=getattr(torch, config.resolved_dtype()),
+        quantization=quantization,
+    )
     return LoadedModel(source, llama, hf_config, tokenizer, generation_config, quantization)

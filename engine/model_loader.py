@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -177,6 +178,56 @@ def load_state_dict(directory: Path) -> dict[str, Any]:
     return {
         k: v for f in bins for k, v in torch.load(f, map_location="cpu", weights_only=True).items()
     }
+
+
+class CheckpointTensors:
+    """The tensors of a Hugging Face checkpoint directory, read when asked for.
+
+    ``load_state_dict`` holds every tensor at once; a model built layer by layer
+    (``LlamaForCausalLM.from_checkpoint``) asks for one layer's tensors at a time, so that a
+    quantized model never holds more than one float layer beside its quantized ones.
+    Safetensors files are opened for each read and closed after it, so no mapped page of the
+    file stays in the process once its tensors are copied out.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        import torch
+        from safetensors import safe_open
+
+        self._files: dict[str, Path] = {}
+        self._loaded: dict[str, Any] = {}
+        files = sorted(directory.glob("*.safetensors"))
+        for file in files:
+            with safe_open(str(file), framework="pt") as handle:
+                self._files.update(dict.fromkeys(handle.keys(), file))
+        if files:
+            return
+        bins = sorted(directory.glob("pytorch_model*.bin"))
+        if not bins:
+            raise ModelLoadError(f"no *.safetensors or pytorch_model*.bin weights in {directory}")
+        for file in bins:  # memory-mapped: a tensor's pages are read when it is copied out
+            self._loaded.update(torch.load(file, map_location="cpu", weights_only=True, mmap=True))
+
+    def names(self) -> list[str]:
+        return [*self._files, *self._loaded]
+
+    def take(self, names: Iterable[str]) -> dict[str, Any]:
+        """Copies of the named tensors (each read once: a name asked for again is an error)."""
+        from safetensors import safe_open
+
+        wanted = list(names)
+        unknown = [name for name in wanted if name not in self._files and name not in self._loaded]
+        if unknown:
+            raise KeyError(f"not in the checkpoint (or already taken): {unknown[:5]}")
+        out = {name: self._loaded.pop(name).clone() for name in wanted if name in self._loaded}
+        by_file: dict[Path, list[str]] = {}
+        for name in wanted:
+            if name in self._files:
+                by_file.setdefault(self._files.pop(name), []).append(name)
+        for file, file_names in by_file.items():
+            with safe_open(str(file), framework="pt") as handle:
+                out.update({name: handle.get_tensor(name) for name in file_names})
+        return out
 
 
 def load_model_and_tokenizer(

@@ -7,8 +7,8 @@ rope scalings transformers defines (llama3, yarn, ...) are supported.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -157,27 +157,12 @@ class LlamaForCausalLM(nn.Module):
             x = layer(x, rotary, kv_cache, meta)
         return self.model.norm(x)
 
-    def quantize_int8(self) -> None:
-        """Swap every linear layer, the LM head included, for int8 weight-only ones (after the
-        weights are loaded and on their device). Tied embeddings then read the LM head's int8
-        rows, untied ones get an int8 table of their own: the model keeps no float copy of its
-        largest matrices."""
-        for layer in self.model.layers:
-            quantize_linears(layer)
-        self._quantize_head_int8(untied_embedding=Int8Embedding.from_embedding)
-
-    def quantize_int4(self) -> None:
-        """The decoder layers' linear layers in int4 (groups of 32 weights, GGUF's blocks), the LM
-        head in int8: as llama.cpp's Q4_K_M keeps its output matrix at more bits, the one matrix
-        every token's choice is read from keeps its precision. A tied embedding reads the head's
-        int8 rows; an untied one is kept in int4, as Q4_K_M stores it."""
-        for layer in self.model.layers:
-            quantize_linears_int4(layer)
-        self._quantize_head_int8(untied_embedding=Int4Embedding)
-
     def _quantize_head_int8(self, untied_embedding: Callable[[nn.Embedding], nn.Module]) -> None:
-        """The LM head in int8 (kept on the kernel at any row count: its rows are sequences), and
-        the embedding reading its rows when tied, else ``untied_embedding`` of its own table."""
+        """The LM head in int8 whatever the layers' format (kept on the kernel at any row count:
+        its rows are sequences): as llama.cpp's Q4_K_M keeps its output matrix at more bits, the
+        one matrix every token's choice is read from keeps its precision. A tied embedding reads
+        the head's int8 rows, so the model keeps no float copy of its largest matrix; an untied
+        one gets ``untied_embedding`` of its own table (int8, or int4 as Q4_K_M stores it)."""
         head = Int8Linear.from_linear(self.lm_head)
         head.dense_prefill = False
         self.lm_head = head  # type: ignore[assignment]
@@ -192,20 +177,102 @@ class LlamaForCausalLM(nn.Module):
         """Vocabulary logits in float32."""
         return self.lm_head(hidden).float()
 
-    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Load a Hugging Face state dict (a missing lm_head means tied embeddings)."""
-        state = dict(state_dict)
-        if self.tie_word_embeddings:
-            state.pop("lm_head.weight", None)
-        state = {k: v for k, v in state.items() if not k.endswith("rotary_emb.inv_freq")}
-        state = fuse_projections(state)
-        missing, unexpected = self.load_state_dict(state, strict=False)
-        missing = [m for m in missing if not (self.tie_word_embeddings and m == "lm_head.weight")]
-        if missing or unexpected:
-            raise ValueError(
-                "weights do not match the model: "
-                f"missing {missing[:5]}, unexpected {unexpected[:5]}"
+    @classmethod
+    def from_checkpoint(
+        cls,
+        config: Any,
+        tensors: TensorSource,
+        *,
+        device: str | torch.device,
+        dtype: torch.dtype,
+        quantization: str | None = None,
+    ) -> LlamaForCausalLM:
+        """Build the model from a Hugging Face checkpoint's tensors one decoder layer at a time:
+        each layer's float weights are read, moved to ``device`` in ``dtype`` and, with
+        ``quantization`` (``"int8"`` or ``"int4"``), quantized before the next layer is read.
+        The model is first built on the meta device (no memory, no random initialisation), so a
+        quantized model's peak is its quantized weights plus one float layer and the embedding,
+        not the whole float checkpoint twice over. A missing ``lm_head.weight`` means tied
+        embeddings."""
+        if quantization not in (None, "int8", "int4"):
+            raise ValueError(f"quantization must be None, 'int8' or 'int4', not {quantization!r}")
+        with torch.device("meta"):
+            model = cls(config)
+        model.rotary = RotaryEmbedding(config, model.head_dim).to(device)  # float32 angles
+        per_layer: dict[int, list[str]] = {}
+        rest: list[str] = []
+        for name in tensors.names():
+            if name.endswith("rotary_emb.inv_freq") or (
+                model.tie_word_embeddings and name == "lm_head.weight"
+            ):
+                continue
+            index = _layer_index(name)
+            (rest if index is None else per_layer.setdefault(index, [])).append(name)
+        quantize = {None: None, "int8": quantize_linears, "int4": quantize_linears_int4}
+        for index, layer in enumerate(model.model.layers):
+            prefix = f"model.layers.{index}."
+            state = tensors.take(per_layer.pop(index, []))
+            local = fuse_projections({k.removeprefix(prefix): v for k, v in state.items()})
+            _assign(layer, local, device, dtype, prefix)
+            _check_loaded(layer, prefix)
+            if (layer_quantize := quantize[quantization]) is not None:
+                layer_quantize(layer)
+        unexpected = [name for names in per_layer.values() for name in names]
+        if unexpected:
+            raise ValueError(f"weights do not match the model: unexpected {unexpected[:5]}")
+        _assign(model, tensors.take(rest), device, dtype, "")
+        if model.tie_word_embeddings:
+            model.lm_head.weight = model.model.embed_tokens.weight
+        _check_loaded(model, "")
+        if quantization is not None:
+            model._quantize_head_int8(
+                untied_embedding=Int8Embedding.from_embedding
+                if quantization == "int8"
+                else Int4Embedding
             )
+        return model.eval()
+
+
+class TensorSource(Protocol):
+    """A checkpoint's tensors by Hugging Face name (``engine.model_loader.CheckpointTensors``)."""
+
+    def names(self) -> list[str]: ...
+
+    def take(self, names: Iterable[str]) -> dict[str, torch.Tensor]: ...
+
+
+def _layer_index(name: str) -> int | None:
+    parts = name.split(".")
+    if len(parts) > 3 and parts[0] == "model" and parts[1] == "layers" and parts[2].isdigit():
+        return int(parts[2])
+    return None
+
+
+def _check_loaded(module: nn.Module, prefix: str) -> None:
+    """A parameter the checkpoint did not fill is still on the meta device: an error naming it."""
+    missing = [
+        prefix + name
+        for name, tensor in [*module.named_parameters(), *module.named_buffers()]
+        if tensor.is_meta
+    ]
+    if missing:
+        raise ValueError(f"weights do not match the model: missing {missing[:5]}")
+
+
+def _assign(
+    module: nn.Module,
+    state: dict[str, torch.Tensor],
+    device: str | torch.device,
+    dtype: torch.dtype,
+    prefix: str,
+) -> None:
+    """Load ``state`` into ``module``'s meta parameters (assigned, not copied into random ones),
+    each on ``device`` in ``dtype``; a tensor that has no parameter is an error naming it."""
+    moved = {k: v.to(device=device, dtype=dtype) for k, v in state.items()}
+    _, unexpected = module.load_state_dict(moved, strict=False, assign=True)
+    if unexpected:
+        named = [prefix + name for name in unexpected[:5]]
+        raise ValueError(f"weights do not match the model: unexpected {named}")
 
 
 _FUSED = {

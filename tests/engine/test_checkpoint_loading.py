@@ -1,0 +1,172 @@
+"""Our model is built from a checkpoint one decoder layer at a time (``from_checkpoint``): the
+weights come out as transformers loads them, quantized layers never wait for the whole float
+checkpoint, and a checkpoint that does not fit the model is a clear error."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.layers.int4 import Int4Embedding, Int4Linear
+from engine.layers.quantization import Int8Embedding, Int8Linear
+from engine.model_loader import CheckpointTensors
+from engine.models.llama import LlamaForCausalLM, fuse_projections
+
+
+def _tiny_llama(directory: Path, *, tie: bool, safetensors: bool = True) -> object:
+    """A random 3-layer Llama saved in several shards; returns its transformers config."""
+    from transformers import LlamaConfig
+    from transformers import LlamaForCausalLM as HFLlama
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        tie_word_embeddings=tie,
+    )
+    model = HFLlama(config)
+    model.save_pretrained(directory, max_shard_size="100KB")
+    if not safetensors:  # transformers 5 writes safetensors only: the older format by hand
+        for file in [*directory.glob("*.safetensors"), *directory.glob("*.index.json")]:
+            file.unlink()
+        torch.save(model.state_dict(), directory / "pytorch_model.bin")
+    return config
+
+
+def _reference(directory: Path) -> dict[str, torch.Tensor]:
+    from transformers import LlamaForCausalLM as HFLlama
+
+    return fuse_projections(HFLlama.from_pretrained(directory).state_dict())
+
+
+class _Spy:
+    """A ``TensorSource`` that records what each read asked for."""
+
+    def __init__(self, inner: CheckpointTensors) -> None:
+        self.inner = inner
+        self.reads: list[list[str]] = []
+
+    def names(self) -> list[str]:
+        return self.inner.names()
+
+    def take(self, names: Iterable[str]) -> dict[str, torch.Tensor]:
+        wanted = list(names)
+        self.reads.append(wanted)
+        return self.inner.take(wanted)
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_float_weights_are_those_transformers_loads(tmp_path: Path, tie: bool) -> None:
+    config = _tiny_llama(tmp_path, tie=tie)
+    assert len(list(tmp_path.glob("*.safetensors"))) > 1  # the reads cross shards
+    model = LlamaForCausalLM.from_checkpoint(
+        config, CheckpointTensors(tmp_path), device="cpu", dtype=torch.float32
+    )
+    ours = model.state_dict()
+    reference = _reference(tmp_path)
+    for name, tensor in reference.items():
+        assert torch.equal(ours[name], tensor), name
+    assert (model.lm_head.weight is model.model.embed_tokens.weight) == tie
+    assert not any(t.is_meta for t in [*model.parameters(), *model.buffers()])
+    assert model.rotary.inv_freq.dtype == torch.float32
+
+
+def test_pytorch_bin_checkpoints_load_too(tmp_path: Path) -> None:
+    config = _tiny_llama(tmp_path, tie=False, safetensors=False)
+    assert list(tmp_path.glob("pytorch_model*.bin")) and not list(tmp_path.glob("*.safetensors"))
+    model = LlamaForCausalLM.from_checkpoint(
+        config, CheckpointTensors(tmp_path), device="cpu", dtype=torch.bfloat16
+    )
+    reference = _reference(tmp_path)
+    assert torch.equal(
+        model.model.layers[2].mlp.down_proj.weight,
+        reference["model.layers.2.mlp.down_proj.weight"].to(torch.bfloat16),
+    )
+
+
+@pytest.mark.parametrize(
+    ("quantization", "linear", "untied_embedding"),
+    [("int8", Int8Linear, Int8Embedding), ("int4", Int4Linear, Int4Embedding)],
+)
+def test_each_layer_is_quantized_before_the_next_is_read(
+    tmp_path: Path, quantization: str, linear: type, untied_embedding: type
+) -> None:
+    config = _tiny_llama(tmp_path, tie=False)
+    spy = _Spy(CheckpointTensors(tmp_path))
+    model = LlamaForCausalLM.from_checkpoint(
+        config, spy, device="cpu", dtype=torch.float32, quantization=quantization
+    )
+    # One read per decoder layer, in order, then the rest (embedding, final norm, head).
+    for index, read in enumerate(spy.reads[:3]):
+        assert read and all(name.startswith(f"model.layers.{index}.") for name in read)
+    assert sorted(spy.reads[3]) == [
+        "lm_head.weight",
+        "model.embed_tokens.weight",
+        "model.norm.weight",
+    ]
+    # Every linear of every layer holds its quantized weights, equal to quantizing the float
+    # layer afterwards; the head is int8 and the untied embedding in the layers' format.
+    reference = _reference(tmp_path)
+    for index, layer in enumerate(model.model.layers):
+        for name in ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"):
+            module = layer.get_submodule(name)
+            assert isinstance(module, linear), name
+            weight = reference[f"model.layers.{index}.{name}.weight"]
+            float_linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+            float_linear.weight.data = weight
+            expected = (
+                Int8Linear.from_linear(float_linear)
+                if linear is Int8Linear
+                else linear(float_linear)
+            ).state_dict()
+            got = module.state_dict()
+            assert got.keys() == expected.keys(), name
+            assert all(torch.equal(got[key], expected[key]) for key in got), name
+    assert isinstance(model.lm_head, Int8Linear)
+    assert isinstance(model.model.embed_tokens, untied_embedding)
+
+
+def test_a_checkpoint_that_does_not_fit_is_a_clear_error(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    config = _tiny_llama(tmp_path, tie=False)
+    (tmp_path / "zz-extra.safetensors").write_bytes(b"")
+    save_file(
+        {"model.layers.7.mlp.up_proj.weight": torch.zeros(2, 2)}, tmp_path / "zz-extra.safetensors"
+    )
+    with pytest.raises(ValueError, match=r"unexpected \['model.layers.7"):
+        LlamaForCausalLM.from_checkpoint(
+            config, CheckpointTensors(tmp_path), device="cpu", dtype=torch.float32
+        )
+
+    (tmp_path / "zz-extra.safetensors").unlink()
+    source = CheckpointTensors(tmp_path)
+    source.take(["model.layers.1.post_attention_layernorm.weight"])  # gone from the checkpoint
+    with pytest.raises(ValueError, match="missing.*layers.1.post_attention_layernorm"):
+        LlamaForCausalLM.from_checkpoint(config, source, device="cpu", dtype=torch.float32)
+    with pytest.raises(ValueError, match="quantization"):
+        LlamaForCausalLM.from_checkpoint(
+            config,
+            CheckpointTensors(tmp_path),
+            device="cpu",
+            dtype=torch.float32,
+            quantization="fp8",
+        )
+
+
+def test_a_tensor_is_read_once(tmp_path: Path) -> None:
+    _tiny_llama(tmp_path, tie=True)
+    source = CheckpointTensors(tmp_path)
+    assert "model.norm.weight" in source.names()
+    source.take(["model.norm.weight"])
+    assert "model.norm.weight" not in source.names()
+    with pytest.raises(KeyError, match="model.norm.weight"):
+        source.take(["model.norm.weight"])
