@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.layers.quantization import DENSE_ROWS, compute_dtype, dense_dtype
+from engine.layers.quantization import DENSE_ROWS, QUANTIZE_ROWS, compute_dtype, dense_dtype
 
 GROUP_SIZE = 32
 """Input columns per (scale, zero) pair: GGUF's block size."""
@@ -176,11 +176,24 @@ class Int4Embedding(nn.Module):
         self.num_embeddings, self.embedding_dim = weight.shape
         self.group_size = group_size_for(self.embedding_dim)
         self.out_dtype = weight.dtype
-        q, scales, zeros = quantize_int4(weight, self.group_size)
-        codes = q.to(torch.uint8)
-        self.register_buffer("packed", codes[:, 0::2] | (codes[:, 1::2] << 4))
-        self.register_buffer("scales", scales.to(torch.bfloat16))
-        self.register_buffer("zeros", zeros.to(torch.bfloat16))
+        groups = self.embedding_dim // self.group_size
+        device = weight.device
+        packed = torch.empty(
+            self.num_embeddings, self.embedding_dim // 2, dtype=torch.uint8, device=device
+        )
+        scales = torch.empty(self.num_embeddings, groups, dtype=torch.bfloat16, device=device)
+        zeros = torch.empty_like(scales)
+        # A block of rows at a time: a vocabulary-sized table's int32 codes would be twice the
+        # float table again (each row is quantized on its own, so the result is the same).
+        for start in range(0, self.num_embeddings, QUANTIZE_ROWS):
+            block = slice(start, start + QUANTIZE_ROWS)
+            q, scale, zero = quantize_int4(weight[block], self.group_size)
+            codes = q.to(torch.uint8)
+            packed[block] = codes[:, 0::2] | (codes[:, 1::2] << 4)
+            scales[block], zeros[block] = scale, zero
+        self.register_buffer("packed", packed)
+        self.register_buffer("scales", scales)
+        self.register_buffer("zeros", zeros)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         packed = self.packed[ids]

@@ -41,11 +41,22 @@ def dense_dtype() -> torch.dtype:
     return torch.bfloat16 if fast else torch.float32
 
 
+QUANTIZE_ROWS = 8192
+"""Rows quantized at a time: each row is quantized on its own, so the float temporaries stay a
+block's size (a vocabulary-sized table would otherwise need two float copies of itself)."""
+
+
 def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(int8 weight, float32 scale per output row) with ``weight ≈ qweight * scale[:, None]``."""
-    w = weight.detach().float()
-    scales = (w.abs().amax(dim=1) / QMAX).clamp(min=torch.finfo(torch.float32).tiny)
-    qweight = torch.round(w / scales[:, None]).clamp_(-QMAX, QMAX).to(torch.int8)
+    rows = weight.shape[0]
+    qweight = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
+    scales = torch.empty(rows, dtype=torch.float32, device=weight.device)
+    for start in range(0, rows, QUANTIZE_ROWS):
+        block = slice(start, start + QUANTIZE_ROWS)
+        w = weight[block].detach().float()
+        scale = (w.abs().amax(dim=1) / QMAX).clamp(min=torch.finfo(torch.float32).tiny)
+        qweight[block] = torch.round(w / scale[:, None]).clamp_(-QMAX, QMAX)
+        scales[block] = scale
     return qweight, scales
 
 

@@ -7,7 +7,7 @@ rope scalings transformers defines (llama3, yarn, ...) are supported.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 import torch
@@ -45,7 +45,7 @@ class Attention(nn.Module):
         self.head_dim = head_dim
         self.q_size = self.num_heads * head_dim
         self.kv_size = self.num_kv_heads * head_dim
-        # The checkpoint's q_proj, k_proj and v_proj in one matrix (``load_weights``): one
+        # The checkpoint's q_proj, k_proj and v_proj in one matrix (``fuse_projections``): one
         # matrix product instead of three, which on a CPU is most of a small model's step.
         self.qkv_proj = nn.Linear(hidden, self.q_size + 2 * self.kv_size, bias=qkv_bias)
         self.o_proj = nn.Linear(self.q_size, hidden, bias=False)
@@ -157,22 +157,6 @@ class LlamaForCausalLM(nn.Module):
             x = layer(x, rotary, kv_cache, meta)
         return self.model.norm(x)
 
-    def _quantize_head_int8(self, untied_embedding: Callable[[nn.Embedding], nn.Module]) -> None:
-        """The LM head in int8 whatever the layers' format (kept on the kernel at any row count:
-        its rows are sequences): as llama.cpp's Q4_K_M keeps its output matrix at more bits, the
-        one matrix every token's choice is read from keeps its precision. A tied embedding reads
-        the head's int8 rows, so the model keeps no float copy of its largest matrix; an untied
-        one gets ``untied_embedding`` of its own table (int8, or int4 as Q4_K_M stores it)."""
-        head = Int8Linear.from_linear(self.lm_head)
-        head.dense_prefill = False
-        self.lm_head = head  # type: ignore[assignment]
-        embedding = (
-            Int8Embedding.tied_to(head)
-            if self.tie_word_embeddings
-            else untied_embedding(self.model.embed_tokens)
-        )
-        self.model.embed_tokens = embedding  # type: ignore[assignment]
-
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Vocabulary logits in float32."""
         return self.lm_head(hidden).float()
@@ -191,9 +175,9 @@ class LlamaForCausalLM(nn.Module):
         each layer's float weights are read, moved to ``device`` in ``dtype`` and, with
         ``quantization`` (``"int8"`` or ``"int4"``), quantized before the next layer is read.
         The model is first built on the meta device (no memory, no random initialisation), so a
-        quantized model's peak is its quantized weights plus one float layer and the embedding,
-        not the whole float checkpoint twice over. A missing ``lm_head.weight`` means tied
-        embeddings."""
+        quantized model's peak is its quantized weights plus one float layer or one
+        vocabulary-sized matrix, not the whole float checkpoint twice over. A missing
+        ``lm_head.weight`` means tied embeddings."""
         if quantization not in (None, "int8", "int4"):
             raise ValueError(f"quantization must be None, 'int8' or 'int4', not {quantization!r}")
         with torch.device("meta"):
@@ -203,7 +187,7 @@ class LlamaForCausalLM(nn.Module):
         rest: list[str] = []
         for name in tensors.names():
             if name.endswith("rotary_emb.inv_freq") or (
-                model.tie_word_embeddings and name == "lm_head.weight"
+                model.tie_word_embeddings and name == _HEAD
             ):
                 continue
             index = _layer_index(name)
@@ -220,17 +204,58 @@ class LlamaForCausalLM(nn.Module):
         unexpected = [name for names in per_layer.values() for name in names]
         if unexpected:
             raise ValueError(f"weights do not match the model: unexpected {unexpected[:5]}")
-        _assign(model, tensors.take(rest), device, dtype, "")
-        if model.tie_word_embeddings:
-            model.lm_head.weight = model.model.embed_tokens.weight
+        tables = [name for name in rest if name in (_EMBEDDING, _HEAD)]
+        _assign(model, tensors.take(name for name in rest if name not in tables), device, dtype, "")
+        model._load_tables(tensors, tables, device, dtype, quantization)
         _check_loaded(model, "")
-        if quantization is not None:
-            model._quantize_head_int8(
-                untied_embedding=Int8Embedding.from_embedding
-                if quantization == "int8"
-                else Int4Embedding
-            )
         return model.eval()
+
+    def _load_tables(
+        self,
+        tensors: TensorSource,
+        names: list[str],
+        device: str | torch.device,
+        dtype: torch.dtype,
+        quantization: str | None,
+    ) -> None:
+        """The vocabulary-sized matrices last, one at a time when quantized: the LM head is read
+        and quantized before an untied embedding is read, so the float copies of the two
+        largest matrices are never held together.
+
+        Quantized, the LM head is int8 whatever the layers' format (kept on the kernel at any
+        row count: its rows are sequences): as llama.cpp's Q4_K_M keeps its output matrix at
+        more bits, the one matrix every token's choice is read from keeps its precision. A tied
+        embedding reads the head's int8 rows, so the model keeps no float copy of its largest
+        matrix; an untied one is quantized on its own, to int8, or to int4 as Q4_K_M stores it.
+        """
+        if quantization is None or _EMBEDDING not in names:
+            _assign(self, tensors.take(names), device, dtype, "")
+            if self.tie_word_embeddings:
+                self.lm_head.weight = self.model.embed_tokens.weight
+            return
+        if self.tie_word_embeddings:
+            _assign(self, tensors.take([_EMBEDDING]), device, dtype, "")
+            self.lm_head.weight = self.model.embed_tokens.weight
+        elif _HEAD in names:
+            _assign(self, tensors.take([_HEAD]), device, dtype, "")
+        _check_loaded(self.lm_head, "lm_head.")
+        head = Int8Linear.from_linear(self.lm_head)
+        head.dense_prefill = False
+        self.lm_head = head  # type: ignore[assignment]
+        if self.tie_word_embeddings:
+            self.model.embed_tokens = Int8Embedding.tied_to(head)  # type: ignore[assignment]
+            return
+        _assign(self, tensors.take([_EMBEDDING]), device, dtype, "")
+        quantized = (
+            Int8Embedding.from_embedding(self.model.embed_tokens)
+            if quantization == "int8"
+            else Int4Embedding(self.model.embed_tokens)
+        )
+        self.model.embed_tokens = quantized  # type: ignore[assignment]
+
+
+_EMBEDDING = "model.embed_tokens.weight"
+_HEAD = "lm_head.weight"
 
 
 class TensorSource(Protocol):

@@ -33,6 +33,25 @@ def test_quantized_weights_round_trip_within_half_a_step() -> None:
     assert bool((error <= scales[:, None] / 2 + 1e-7).all())
 
 
+def test_tables_are_quantized_a_block_of_rows_at_a_time_with_the_same_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Loading quantizes vocabulary-sized tables in blocks of rows (so their float temporaries
+    stay small): blocks of 3 rows give the very tensors one block of all rows does."""
+    import engine.layers.int4 as int4
+    import engine.layers.quantization as quantization
+
+    torch.manual_seed(0)
+    table = torch.nn.Embedding(100, 64)
+    whole = (quantize_weight(table.weight), Int4Embedding(table).state_dict())
+    monkeypatch.setattr(quantization, "QUANTIZE_ROWS", 3)
+    monkeypatch.setattr(int4, "QUANTIZE_ROWS", 3)
+    blocks = (quantize_weight(table.weight), Int4Embedding(table).state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(whole[0], blocks[0], strict=True))
+    assert whole[1].keys() == blocks[1].keys()
+    assert all(torch.equal(whole[1][key], blocks[1][key]) for key in whole[1])
+
+
 @pytest.mark.parametrize("bias", [False, True])
 def test_int8_linear_matches_float_within_a_percent(bias: bool) -> None:
     torch.manual_seed(0)
