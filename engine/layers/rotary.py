@@ -43,13 +43,9 @@ class RotaryEmbedding(torch.nn.Module):
         return cos, sin
 
 
-def apply_rotary(
-    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotate q (tokens, heads, dim) and k (tokens, kv_heads, dim) by their positions' angles."""
-    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x`` (tokens, heads, dim) by its positions' angles. Queries and keys are rotated
+    in one call, as one tensor of ``heads + kv_heads`` heads: the same products, half the calls."""
     half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    rotated_half = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated_half * sin
