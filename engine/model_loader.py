@@ -206,7 +206,11 @@ class CheckpointTensors:
         if not bins:
             raise ModelLoadError(f"no *.safetensors or pytorch_model*.bin weights in {directory}")
         for file in bins:  # memory-mapped: a tensor's pages are read when it is copied out
-            self._loaded.update(torch.load(file, map_location="cpu", weights_only=True, mmap=True))
+            try:
+                state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError:  # the legacy (pre-zip) format cannot be memory-mapped
+                state = torch.load(file, map_location="cpu", weights_only=True)
+            self._loaded.update(state)
 
     def names(self) -> list[str]:
         return [*self._files, *self._loaded]

@@ -18,7 +18,8 @@ def inverse_frequencies(config: Any, head_dim: int) -> tuple[torch.Tensor, float
     # Scaled variants: use transformers' own definitions so that results match checkpoints.
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, "cpu")
+    with torch.device("cpu"):  # real numbers even while the model is built on the meta device
+        inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, "cpu")
     return inv_freq.float(), float(scaling)
 
 

@@ -195,6 +195,9 @@ class LlamaForCausalLM(nn.Module):
                 continue
             index = _layer_index(name)
             (rest if index is None else per_layer.setdefault(index, [])).append(name)
+        unexpected = [n for i, names in per_layer.items() if i >= model.num_layers for n in names]
+        if unexpected:  # before any layer is read: a model of the wrong depth fails at once
+            raise ValueError(f"weights do not match the model: unexpected {unexpected[:5]}")
         quantize = {None: None, "int8": quantize_linears, "int4": quantize_linears_int4}
         for index, layer in enumerate(model.model.layers):
             prefix = f"model.layers.{index}."
@@ -202,11 +205,9 @@ class LlamaForCausalLM(nn.Module):
             local = fuse_projections({k.removeprefix(prefix): v for k, v in state.items()})
             _assign(layer, local, device, dtype, prefix)
             _check_loaded(layer, prefix)
+            del state, local  # the float tensors go now, not when the next layer is read
             if (layer_quantize := quantize[quantization]) is not None:
                 layer_quantize(layer)
-        unexpected = [name for names in per_layer.values() for name in names]
-        if unexpected:
-            raise ValueError(f"weights do not match the model: unexpected {unexpected[:5]}")
         tables = [name for name in rest if name in (_EMBEDDING, _HEAD)]
         _assign(model, tensors.take(name for name in rest if name not in tables), device, dtype, "")
         model._load_tables(tensors, tables, device, dtype, quantization)

@@ -16,13 +16,21 @@ from engine.model_loader import CheckpointTensors
 from engine.models.llama import LlamaForCausalLM, fuse_projections
 
 
-def _tiny_llama(directory: Path, *, tie: bool, safetensors: bool = True) -> object:
+def _tiny_llama(
+    directory: Path,
+    *,
+    tie: bool,
+    safetensors: bool = True,
+    legacy_bin: bool = False,
+    rope: dict[str, object] | None = None,
+) -> object:
     """A random 3-layer Llama saved in several shards; returns its transformers config."""
     from transformers import LlamaConfig
     from transformers import LlamaForCausalLM as HFLlama
 
     torch.manual_seed(0)
     config = LlamaConfig(
+        rope_parameters=rope,
         vocab_size=96,
         hidden_size=64,
         intermediate_size=128,
@@ -37,7 +45,11 @@ def _tiny_llama(directory: Path, *, tie: bool, safetensors: bool = True) -> obje
     if not safetensors:  # transformers 5 writes safetensors only: the older format by hand
         for file in [*directory.glob("*.safetensors"), *directory.glob("*.index.json")]:
             file.unlink()
-        torch.save(model.state_dict(), directory / "pytorch_model.bin")
+        torch.save(
+            model.state_dict(),
+            directory / "pytorch_model.bin",
+            _use_new_zipfile_serialization=not legacy_bin,  # the pre-1.6 format: no mmap
+        )
     return config
 
 
@@ -79,8 +91,32 @@ def test_float_weights_are_those_transformers_loads(tmp_path: Path, tie: bool) -
     assert model.rotary.inv_freq.dtype == torch.float32
 
 
-def test_pytorch_bin_checkpoints_load_too(tmp_path: Path) -> None:
-    config = _tiny_llama(tmp_path, tie=False, safetensors=False)
+def test_a_scaled_rope_gets_the_reference_frequencies(tmp_path: Path) -> None:
+    """The model is built on the meta device; transformers' scaled-rope functions must still
+    compute real frequencies (llama3 scaling, as Llama 3.x checkpoints use)."""
+    from transformers import LlamaForCausalLM as HFLlama
+
+    rope = {
+        "rope_type": "llama3",
+        "rope_theta": 10000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 32,
+    }
+    config = _tiny_llama(tmp_path, tie=True, rope=rope)
+    model = LlamaForCausalLM.from_checkpoint(
+        config, CheckpointTensors(tmp_path), device="cpu", dtype=torch.float32
+    )
+    reference = HFLlama.from_pretrained(tmp_path).model.rotary_emb.inv_freq
+    assert not model.rotary.inv_freq.is_meta
+    assert torch.equal(model.rotary.inv_freq, reference)
+    assert not torch.equal(reference, 1.0 / (10000.0 ** (torch.arange(0, 16, 2).float() / 16)))
+
+
+@pytest.mark.parametrize("legacy_bin", [False, True])
+def test_pytorch_bin_checkpoints_load_too(tmp_path: Path, legacy_bin: bool) -> None:
+    config = _tiny_llama(tmp_path, tie=False, safetensors=False, legacy_bin=legacy_bin)
     assert list(tmp_path.glob("pytorch_model*.bin")) and not list(tmp_path.glob("*.safetensors"))
     model = LlamaForCausalLM.from_checkpoint(
         config, CheckpointTensors(tmp_path), device="cpu", dtype=torch.bfloat16
@@ -141,10 +177,10 @@ def test_a_checkpoint_that_does_not_fit_is_a_clear_error(tmp_path: Path) -> None
     save_file(
         {"model.layers.7.mlp.up_proj.weight": torch.zeros(2, 2)}, tmp_path / "zz-extra.safetensors"
     )
+    spy = _Spy(CheckpointTensors(tmp_path))
     with pytest.raises(ValueError, match=r"unexpected \['model.layers.7"):
-        LlamaForCausalLM.from_checkpoint(
-            config, CheckpointTensors(tmp_path), device="cpu", dtype=torch.float32
-        )
+        LlamaForCausalLM.from_checkpoint(config, spy, device="cpu", dtype=torch.float32)
+    assert spy.reads == []  # refused before a single layer was read
 
     (tmp_path / "zz-extra.safetensors").unlink()
     source = CheckpointTensors(tmp_path)
