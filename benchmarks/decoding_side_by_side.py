@@ -4,7 +4,7 @@ the answer time.
 
 Reads ``OUT/dataset.jsonl`` and ``OUT/<config>/items.jsonl`` of runs made with two ``--config``
 files (e.g. int8.toml beside context_aware.toml), for every ``OUT`` given; only questions both
-configurations answered count.
+configurations answered count (``errors`` says how many records of each had no answer).
 
     python benchmarks/decoding_side_by_side.py --baseline int8 --other context_aware \\
         eval-runs/musique eval-runs/squad2
@@ -43,7 +43,14 @@ def compare(run: Path, baseline: str, other: str, seed: int) -> dict[str, Any]:
 
     items = {item.id: item for item in read_items(run / "dataset.jsonl")}
     first, second = records(run / baseline / "items.jsonl"), records(run / other / "items.jsonl")
-    ids = [i for i in first if i in second and i in items]
+    both = [i for i in first if i in second and i in items]
+    # An item whose generation failed (a deadline, an engine error) has an error, not an answer:
+    # it is counted apart, and the pair is left out of the paired comparison.
+    errors = {
+        name: sum("answer" not in recs[i] for i in both)
+        for name, recs in ((baseline, first), (other, second))
+    }
+    ids = [i for i in both if "answer" in first[i] and "answer" in second[i]]
     pairs = []
     for item_id in ids:
         a = is_correct(items[item_id], first[item_id]["answer"])
@@ -75,6 +82,7 @@ def compare(run: Path, baseline: str, other: str, seed: int) -> dict[str, Any]:
         "accuracy_change": float(right[:, 1].mean() - right[:, 0].mean()),
         "accuracy_change_95": [float(low), float(high)],
         "changed_answers": sum(first[i]["answer"] != second[i]["answer"] for i in ids),
+        "errors": errors,
     }
 
 
