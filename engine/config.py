@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
-_QUANTIZATIONS = (None, "auto", "int8", "int4")
+_QUANTIZATIONS = (None, "auto", "int8", "int4", "w8a8")
 _SPECULATIVE = (None, "prompt_lookup", "draft", "draft+prompt_lookup")
 _DECODING = (None, "contrastive", "context_aware")
 
@@ -52,7 +52,9 @@ class EngineConfig:
     weight bytes, and faster decoding where reading the weights is the bottleneck (our engine
     only); "int4" stores the decoder layers' linear weights in 4 bits (groups of 32, GGUF's
     blocks, with a scale and an offset each, PyTorch's CPU int4 kernel) and the LM head in int8:
-    about a sixth of fp32's weight bytes (CPU only); "auto" picks per model at load
+    about a sixth of fp32's weight bytes (CPU only); "w8a8" stores them as int8 in fbgemm's
+    packed form and quantizes each token's activations to int8 at run time, multiplying in
+    integers (``engine.layers.w8a8``; CPU only, LM head as "int8"); "auto" picks per model at load
     (``engine.weight_formats``): on a CPU int4 for a GGUF that stores every decoder matrix in
     Q4_1 (SmolLM2's), which int4 holds exactly, int8 otherwise; on a GPU the model's dtype. The
     settings' default is "auto"; this class's stays None, so that a library caller gets the

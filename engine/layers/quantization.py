@@ -14,6 +14,7 @@ GGUF has a separate output matrix: its float32 embedding would be 890 MiB of the
 from __future__ import annotations
 
 import functools
+from typing import Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -168,10 +169,18 @@ def quantize_linears(module: nn.Module) -> int:
     return count
 
 
+@runtime_checkable
+class PackedWeights(Protocol):
+    """A layer holding weights in a form that is neither a parameter nor a buffer."""
+
+    def packed_bytes(self) -> int: ...
+
+
 def weight_bytes(module: nn.Module) -> int:
-    """Bytes of a module's parameters and buffers (each shared tensor once)."""
+    """Bytes of a module's parameters and buffers (each shared tensor once), and of the packed
+    weights a module holds outside them (``packed_bytes``: ``W8A8Linear``)."""
     seen: set[int] = set()
-    total = 0
+    total = sum(m.packed_bytes() for m in module.modules() if isinstance(m, PackedWeights))
     for tensor in list(module.parameters()) + list(module.buffers()):
         if tensor.data_ptr() in seen:
             continue

@@ -18,6 +18,7 @@ from engine.layers.attention import AttentionMetadata, paged_attention, write_kv
 from engine.layers.int4 import Int4Embedding, quantize_linears_int4
 from engine.layers.quantization import Int8Embedding, Int8Linear, quantize_linears
 from engine.layers.rotary import RotaryEmbedding, apply_rotary
+from engine.layers.w8a8 import quantize_linears_w8a8
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 
@@ -172,13 +173,16 @@ class LlamaForCausalLM(nn.Module):
     ) -> LlamaForCausalLM:
         """Build the model from a Hugging Face checkpoint's tensors one decoder layer at a time:
         each layer's float weights are read, moved to ``device`` in ``dtype`` and, with
-        ``quantization`` (``"int8"`` or ``"int4"``), quantized before the next layer is read.
+        ``quantization`` (``"int8"``, ``"int4"`` or ``"w8a8"``), quantized before the next layer
+        is read.
         The model is first built on the meta device (no memory, no random initialisation), so a
         quantized model's peak is its quantized weights plus one float layer or one
         vocabulary-sized matrix, not the whole float checkpoint twice over. A missing
         ``lm_head.weight`` means tied embeddings."""
-        if quantization not in (None, "int8", "int4"):
-            raise ValueError(f"quantization must be None, 'int8' or 'int4', not {quantization!r}")
+        if quantization not in QUANTIZERS:
+            raise ValueError(
+                f"quantization must be one of {tuple(QUANTIZERS)}, not {quantization!r}"
+            )
         with torch.device("meta"):
             model = cls(config)
         model.rotary = RotaryEmbedding(config, model.head_dim).to(device)  # float32 angles
@@ -194,7 +198,6 @@ class LlamaForCausalLM(nn.Module):
         unexpected = [n for i, names in per_layer.items() if i >= model.num_layers for n in names]
         if unexpected:  # before any layer is read: a model of the wrong depth fails at once
             raise ValueError(f"weights do not match the model: unexpected {unexpected[:5]}")
-        quantize = {None: None, "int8": quantize_linears, "int4": quantize_linears_int4}
         for index, layer in enumerate(model.model.layers):
             prefix = f"model.layers.{index}."
             state = tensors.take(per_layer.pop(index, []))
@@ -202,7 +205,7 @@ class LlamaForCausalLM(nn.Module):
             _assign(layer, local, device, dtype, prefix)
             _check_loaded(layer, prefix)
             del state, local  # the float tensors go now, not when the next layer is read
-            if (layer_quantize := quantize[quantization]) is not None:
+            if (layer_quantize := QUANTIZERS[quantization]) is not None:
                 layer_quantize(layer)
         tables = [name for name in rest if name in (_EMBEDDING, _HEAD)]
         _assign(model, tensors.take(name for name in rest if name not in tables), device, dtype, "")
@@ -226,7 +229,8 @@ class LlamaForCausalLM(nn.Module):
         row count: its rows are sequences): as llama.cpp's Q4_K_M keeps its output matrix at
         more bits, the one matrix every token's choice is read from keeps its precision. A tied
         embedding reads the head's int8 rows, so the model keeps no float copy of its largest
-        matrix; an untied one is quantized on its own, to int8, or to int4 as Q4_K_M stores it.
+        matrix; an untied one is quantized on its own: to int4 beside int4 layers (as Q4_K_M
+        stores it), else to int8 (a lookup reads rows: W8A8 has no activations to quantize).
         """
         if quantization is None or _EMBEDDING not in names:
             _assign(self, tensors.take(names), device, dtype, "")
@@ -247,12 +251,20 @@ class LlamaForCausalLM(nn.Module):
             return
         _assign(self, tensors.take([_EMBEDDING]), device, dtype, "")
         quantized = (
-            Int8Embedding.from_embedding(self.model.embed_tokens)
-            if quantization == "int8"
-            else Int4Embedding(self.model.embed_tokens)
+            Int4Embedding(self.model.embed_tokens)
+            if quantization == "int4"
+            else Int8Embedding.from_embedding(self.model.embed_tokens)
         )
         self.model.embed_tokens = quantized  # type: ignore[assignment]
 
+
+QUANTIZERS = {
+    None: None,
+    "int8": quantize_linears,
+    "int4": quantize_linears_int4,
+    "w8a8": quantize_linears_w8a8,
+}
+"""What each weight format does to a decoder layer's linear layers."""
 
 _EMBEDDING = "model.embed_tokens.weight"
 _HEAD = "lm_head.weight"

@@ -90,7 +90,7 @@ class EngineSettings(Group):
         _ENGINE.cuda_graphs,
         description="engine replays decode steps as CUDA graphs (CUDA devices only)",
     )
-    quantization: Literal["auto", "int8", "int4"] | None = Field(
+    quantization: Literal["auto", "int8", "int4", "w8a8"] | None = Field(
         "auto",
         description="engine weights: auto = on a CPU int4 for a GGUF whose decoder matrices are "
         "all Q4_1 (the default SmolLM2), int8 for any other model; the model's dtype on a GPU "
@@ -98,7 +98,8 @@ class EngineSettings(Group):
         "docs/benchmarks.md); none = the model's dtype (float32 on a CPU); int8 = per-channel "
         "int8 weight-only linear layers (a quarter of fp32's bytes); int4 = the decoder's linear "
         "layers in 4-bit groups of 32 (GGUF's blocks) and the LM head in int8 (about a sixth; "
-        "CPU only)",
+        "CPU only); w8a8 = int8 decoder weights times int8 activations quantized per token, "
+        "multiplied in integers by fbgemm (CPU only; LM head int8)",
     )
     speculative: Literal["prompt_lookup", "draft", "draft+prompt_lookup"] | None = Field(
         _ENGINE.speculative,  # type: ignore[arg-type]

@@ -1,0 +1,106 @@
+"""int8 weights times int8 activations (W8A8): the activations are quantized per token at run time
+and multiplied with the weights in 8-bit integers by fbgemm, PyTorch's x86 quantized engine
+(``quantized::linear_dynamic``).
+
+The weight-only kernels (``Int8Linear``, ``Int4Linear``) widen each weight to bf16 inside the
+product; on a CPU without bf16 arithmetic (AVX2 only) that widening, not the memory, sets their
+speed, and a step of several rows costs several times one row. fbgemm multiplies bytes with the
+CPU's integer dot products instead, as llama.cpp does with its 8-bit activation blocks: on the
+2-core AMD EPYC (AVX2), Qwen2.5-Coder-1.5B's decoder products took 64 ms a token against 95 ms
+weight-only, 98 against 324 ms for 8 rows at once, and a 256-row prefill chunk 2.5 s against
+7.3 s widened to float32 (docs/benchmarks.md).
+
+The price is the activations' precision. The op takes one scale for its whole input, so each row
+(a token) is divided by its largest magnitude first and its output multiplied back (the product is
+linear in each row): every token gets a scale of its own. fbgemm also quantizes activations to 7
+bits ("reduce range": with 8, its unsigned-by-signed pair sums overflow 16 bits and saturate). A
+product then errs by about 1-3 % of its norm on real activations, up to 9 % for Qwen2.5's MLP down
+projection, whose inputs hold a few very large channels; weight-only int8 errs by about 1 %.
+
+Weights are per-output-channel symmetric int8 (``quantize_weight``, the same values as
+``Int8Linear``'s), held only in fbgemm's packed form. CPU only.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.layers.quantization import DENSE_ROWS, dense_dtype, quantize_weight
+
+
+def pack_int8_weight(qweight: torch.Tensor, scales: torch.Tensor) -> torch.ScriptObject:
+    """fbgemm's packed form of per-row int8 weights (``qweight[i] * scales[i]``)."""
+    zero_points = torch.zeros(qweight.shape[0], dtype=torch.long)
+    with warnings.catch_warnings():
+        # PyTorch marks its quantized tensor type deprecated; it is what the packing op takes.
+        warnings.simplefilter("ignore", UserWarning)
+        quantized = torch._make_per_channel_quantized_tensor(
+            qweight, scales.double(), zero_points, 0
+        )
+        return torch.ops.quantized.linear_prepack(quantized, None)
+
+
+class W8A8Linear(nn.Module):
+    """``nn.Linear`` with int8 weights in fbgemm's packed form and int8 activations, each row
+    quantized with its own scale at every call."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        weight = linear.weight
+        if weight.device.type != "cpu":
+            raise ValueError("w8a8 runs on the CPU only (use int8 on CUDA)")
+        self.out_features, self.in_features = weight.shape
+        self.out_dtype = weight.dtype
+        qweight, scales = quantize_weight(weight)
+        try:
+            self.packed = pack_int8_weight(qweight, scales)
+        except RuntimeError as error:  # no fbgemm/x86 engine in this build (e.g. ARM)
+            raise ValueError(f"w8a8 needs PyTorch's x86 quantized engine: {error}") from error
+        self.bias = (
+            None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, self.in_features).float()
+        if flat.shape[0] >= DENSE_ROWS and dense_dtype() == torch.bfloat16:
+            # A prefill chunk on a CPU that multiplies bf16 natively: dense bf16 is faster there
+            # (the rule Int8Linear follows) and keeps the activations' precision.
+            dtype = torch.bfloat16
+            y = F.linear(flat.to(dtype), self.dequantized(dtype)).float()
+        else:
+            row_max = flat.abs().amax(dim=-1, keepdim=True).clamp_(min=torch.finfo().tiny)
+            y = torch.ops.quantized.linear_dynamic(flat / row_max, self.packed, True)
+            y.mul_(row_max)
+        if self.bias is not None:
+            y += self.bias
+        return y.to(self.out_dtype).view(*shape[:-1], self.out_features)
+
+    def dequantized(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The weight the packed int8 rows stand for, in ``dtype`` (built per call)."""
+        quantized, _ = torch.ops.quantized.linear_unpack(self.packed)
+        return quantized.dequantize().to(dtype or self.out_dtype)
+
+    def packed_bytes(self) -> int:
+        """Bytes the packed weights hold (not a buffer, so ``weight_bytes`` asks for them): a byte
+        a weight and, per output row, its scale (float64) and fbgemm's column offset (int32)."""
+        return self.out_features * (self.in_features + 8 + 4)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, w8a8"
+
+
+def quantize_linears_w8a8(module: nn.Module) -> int:
+    """Replace every ``nn.Linear`` below ``module`` by a ``W8A8Linear``; returns the count."""
+    count = 0
+    for name, child in list(module.named_children()):
+        if isinstance(child, nn.Linear):
+            setattr(module, name, W8A8Linear(child))
+            count += 1
+        else:
+            count += quantize_linears_w8a8(child)
+    return count
