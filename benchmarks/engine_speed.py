@@ -13,9 +13,9 @@ c. Batch-1 decode tokens/s vs HF (median of 3, alternated), and vs the memory-ba
    (model bytes / copy rate).
 d. Prefix cache: time to first token with a repeated 400-token prefix, hit vs miss.
 e. Roofline: decode FLOP/s at the batch of (a) vs plain ``torch.mm`` on the model's own shapes.
-f. int8 and int4 weight-only vs the float model: batch-1 decode tokens/s (median of 3,
+f. int8, int4 and w8a8 vs the float model: batch-1 decode tokens/s (median of 3,
    alternated), a batch of 32, weight bytes, and how many of the first 32 greedy tokens on the 21
-   parity prompts stay identical (bf16 weights beside it, for scale). int4 on CPU only.
+   parity prompts stay identical (bf16 weights beside it, for scale). int4 and w8a8 on CPU only.
 g. Prompt-lookup speculation on RAG answers: MuSiQue questions with four of their own
    paragraphs (the supporting ones first) in our grounded prompt, greedy, one at a time:
    answer time with and without speculation, identical tokens, acceptance rate; and (a)'s load
@@ -327,12 +327,12 @@ def first_divergence(reference: list[int], other: list[int]) -> int:
     )
 
 
-QUANTIZED = ("int8", "int4")
+QUANTIZED = ("int8", "int4", "w8a8")
 """The weight formats (f) measures against float32, side by side."""
 
 
 def bench_int8(stream: list[int], quick: bool) -> dict[str, Any]:
-    """(f): fp32 (the CPU default), bf16, int8 and int4 engines side by side in this process."""
+    """(f): fp32, bf16, int8, int4 and w8a8 engines side by side in this process."""
     from engine import EngineConfig, LLMEngine, SamplingParams
     from engine.layers.quantization import weight_bytes
     from tests.engine.test_llm_engine import QUESTIONS
@@ -342,8 +342,8 @@ def bench_int8(stream: list[int], quick: bool) -> dict[str, Any]:
 
     engines = {"float": build(), "bf16": build(dtype="bfloat16")}
     for name in QUANTIZED:
-        if name == "int4" and DEVICE != "cpu":
-            continue  # PyTorch's CPU int4 kernel only
+        if name in ("int4", "w8a8") and DEVICE != "cpu":
+            continue  # PyTorch's CPU int4 kernel and fbgemm only
         engines[name] = build(quantization=name)
     timed = [name for name in engines if name != "bf16"]
     prompt = stream[3000:3197]

