@@ -5,10 +5,11 @@ and multiplied with the weights in 8-bit integers by fbgemm, PyTorch's x86 quant
 The weight-only kernels (``Int8Linear``, ``Int4Linear``) widen each weight to bf16 inside the
 product; on a CPU without bf16 arithmetic (AVX2 only) that widening, not the memory, sets their
 speed, and a step of several rows costs several times one row. fbgemm multiplies bytes with the
-CPU's integer dot products instead, as llama.cpp does with its 8-bit activation blocks: on the
-2-core AMD EPYC (AVX2), Qwen2.5-Coder-1.5B's decoder products took 64 ms a token against 95 ms
-weight-only, 98 against 324 ms for 8 rows at once, and a 256-row prefill chunk 2.5 s against
-7.3 s widened to float32 (docs/benchmarks.md).
+CPU's integer dot products instead, as llama.cpp does with its 8-bit activation blocks. On the
+2-core AMD EPYC (AVX2), with random int8 weights of Qwen2.5-Coder-1.5B's shapes (28 layers), the
+decoder's products took 64 ms for one row against 95 ms weight-only, 98 against 324 ms for 8
+rows, and a 256-row prefill chunk 2.5 s against 7.3 s widened to float32; the engine's figures
+are in docs/benchmarks.md, "Integer products (w8a8)".
 
 The price is the activations' precision. The op takes one scale for its whole input, so each row
 (a token) is divided by its largest magnitude first and its output multiplied back (the product is
@@ -19,7 +20,8 @@ projection, whose inputs are heavy-tailed; weight-only int8 errs by about 1 %. S
 weight-only int8 (``WEIGHT_ONLY``).
 
 Weights are per-output-channel symmetric int8 (``quantize_weight``, the same values as
-``Int8Linear``'s), held only in fbgemm's packed form. CPU only.
+``Int8Linear``'s). fbgemm keeps the int8 tensor it packs beside the packed copy, so a W8A8 layer
+holds twice int8's weight bytes. CPU only.
 """
 
 from __future__ import annotations
@@ -87,9 +89,10 @@ class W8A8Linear(nn.Module):
         return quantized.dequantize().to(dtype or self.out_dtype)
 
     def packed_bytes(self) -> int:
-        """Bytes the packed weights hold (not a buffer, so ``weight_bytes`` asks for them): a byte
-        a weight and, per output row, its scale (float64) and fbgemm's column offset (int32)."""
-        return self.out_features * (self.in_features + 8 + 4)
+        """Bytes the packed weights hold (not a buffer, so ``weight_bytes`` asks for them): the
+        int8 weights twice, as fbgemm keeps the quantized tensor it was given (for unpacking)
+        beside its packed copy, and per output row a scale, a zero point and a column offset."""
+        return self.out_features * (2 * self.in_features + 8 + 8 + 4)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, w8a8"
