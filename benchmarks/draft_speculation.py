@@ -33,7 +33,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", default="qwen2.5-coder-1.5b")
     parser.add_argument("--draft", default="qwen2.5-coder-0.5b")
-    parser.add_argument("--quantization", default="int8", choices=["none", "int8", "int4"])
+    parser.add_argument("--quantization", default="int8", choices=["none", "int8", "int4", "w8a8"])
     parser.add_argument("--num-draft-tokens", default="4", help="comma-separated k values")
     parser.add_argument(
         "--with-prompt-lookup", action="store_true", help="also draft+prompt_lookup"
