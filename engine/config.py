@@ -54,7 +54,8 @@ class EngineConfig:
     blocks, with a scale and an offset each, PyTorch's CPU int4 kernel) and the LM head in int8:
     about a sixth of fp32's weight bytes (CPU only); "w8a8" stores them as int8 in fbgemm's
     packed form and quantizes each token's activations to int8 at run time, multiplying in
-    integers (``engine.layers.w8a8``; CPU only, LM head as "int8"); "auto" picks per model at load
+    integers (``engine.layers.w8a8``; CPU only, the MLP's down projection and the LM head as
+    "int8"); "auto" picks per model at load
     (``engine.weight_formats``): on a CPU int4 for a GGUF that stores every decoder matrix in
     Q4_1 (SmolLM2's), which int4 holds exactly, int8 otherwise; on a GPU the model's dtype. The
     settings' default is "auto"; this class's stays None, so that a library caller gets the

@@ -11,17 +11,20 @@ decoder's products took 64 ms for one row against 95 ms weight-only, 98 against 
 rows, and a 256-row prefill chunk 2.5 s against 7.3 s widened to float32; the engine's figures
 are in docs/benchmarks.md, "Integer products (w8a8)".
 
-The price is the activations' precision. The op takes one scale for its whole input, so each row
-(a token) is divided by its largest magnitude first and its output multiplied back (the product is
-linear in each row): every token gets a scale of its own. fbgemm also quantizes activations to 7
-bits ("reduce range": with 8, its unsigned-by-signed pair sums overflow 16 bits and saturate). A
-product then errs by about 1-3 % of its norm on real activations, up to 9 % for Qwen2.5's MLP down
-projection, whose inputs are heavy-tailed; weight-only int8 errs by about 1 %. So that one stays
-weight-only int8 (``WEIGHT_ONLY``).
+The price is the activations' precision. The op takes one scale and offset for its whole input,
+so each row (a token) is divided by its largest magnitude first and its output multiplied back
+(the product is linear in each row): a token's scale is its own, not its neighbours'. The op's
+range is still the batch's minimum to maximum of those scaled rows, so a row's rounding can move
+a little with what shares its step (as the weight-only kernels' products do). fbgemm also
+quantizes activations to 7 bits ("reduce range": with 8, its unsigned-by-signed pair sums
+overflow 16 bits and saturate). A product then errs by about 1-3 % of its norm on real
+activations, up to 9 % for Qwen2.5's MLP down projection, whose inputs are heavy-tailed;
+weight-only int8 errs by about 1 %. So that one stays weight-only int8 (``WEIGHT_ONLY``).
 
 Weights are per-output-channel symmetric int8 (``quantize_weight``, the same values as
-``Int8Linear``'s). fbgemm keeps the int8 tensor it packs beside the packed copy, so a W8A8 layer
-holds twice int8's weight bytes. CPU only.
+``Int8Linear``'s), held only in fbgemm's packed form (as many bytes as int8's). CPU only, and
+only where PyTorch's quantized engine is fbgemm (``x86``): other engines (QNNPACK on ARM, oneDNN)
+round activations differently and are refused.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.layers.quantization import DENSE_ROWS, Int8Linear, dense_dtype, quantize_weight
+
+FBGEMM_ENGINES = ("x86", "fbgemm")
+"""``torch.backends.quantized.engine`` values whose dynamic linear is fbgemm's."""
 
 
 def pack_int8_weight(qweight: torch.Tensor, scales: torch.Tensor) -> torch.ScriptObject:
@@ -56,13 +62,18 @@ class W8A8Linear(nn.Module):
         weight = linear.weight
         if weight.device.type != "cpu":
             raise ValueError("w8a8 runs on the CPU only (use int8 on CUDA)")
+        engine = torch.backends.quantized.engine
+        if engine not in FBGEMM_ENGINES:
+            raise ValueError(
+                f"w8a8 needs PyTorch's x86 quantized engine (fbgemm), not {engine!r} (use int8)"
+            )
         self.out_features, self.in_features = weight.shape
         self.out_dtype = weight.dtype
         qweight, scales = quantize_weight(weight)
         try:
             self.packed = pack_int8_weight(qweight, scales)
-        except RuntimeError as error:  # no fbgemm/x86 engine in this build (e.g. ARM)
-            raise ValueError(f"w8a8 needs PyTorch's x86 quantized engine: {error}") from error
+        except RuntimeError as error:  # a CPU fbgemm does not support
+            raise ValueError(f"w8a8 could not pack its weights with fbgemm: {error}") from error
         self.bias = (
             None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
         )
@@ -76,7 +87,8 @@ class W8A8Linear(nn.Module):
             dtype = torch.bfloat16
             y = F.linear(flat.to(dtype), self.dequantized(dtype)).float()
         else:
-            row_max = flat.abs().amax(dim=-1, keepdim=True).clamp_(min=torch.finfo().tiny)
+            tiny = torch.finfo(torch.float32).tiny
+            row_max = flat.abs().amax(dim=-1, keepdim=True).clamp_(min=tiny)
             y = torch.ops.quantized.linear_dynamic(flat / row_max, self.packed, True)
             y.mul_(row_max)
         if self.bias is not None:
@@ -86,13 +98,15 @@ class W8A8Linear(nn.Module):
     def dequantized(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         """The weight the packed int8 rows stand for, in ``dtype`` (built per call)."""
         quantized, _ = torch.ops.quantized.linear_unpack(self.packed)
-        return quantized.dequantize().to(dtype or self.out_dtype)
+        dtype = dtype or self.out_dtype
+        scales = quantized.q_per_channel_scales().to(dtype)
+        return quantized.int_repr().to(dtype).mul_(scales[:, None])
 
     def packed_bytes(self) -> int:
-        """Bytes the packed weights hold (not a buffer, so ``weight_bytes`` asks for them): the
-        int8 weights twice, as fbgemm keeps the quantized tensor it was given (for unpacking)
-        beside its packed copy, and per output row a scale, a zero point and a column offset."""
-        return self.out_features * (2 * self.in_features + 8 + 8 + 4)
+        """Bytes the packed weights hold (not a buffer, so ``weight_bytes`` asks for them): a byte
+        a weight and, per output row, fbgemm's scale, zero point and column offset (4 bytes
+        each; its padding of the packed matrix is not counted)."""
+        return self.out_features * (self.in_features + 12)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, w8a8"

@@ -99,7 +99,8 @@ class EngineSettings(Group):
         "int8 weight-only linear layers (a quarter of fp32's bytes); int4 = the decoder's linear "
         "layers in 4-bit groups of 32 (GGUF's blocks) and the LM head in int8 (about a sixth; "
         "CPU only); w8a8 = int8 decoder weights times int8 activations quantized per token, "
-        "multiplied in integers by fbgemm (CPU only; LM head int8)",
+        "multiplied in integers by fbgemm (CPU only; the MLP's down projection and the LM head "
+        "int8)",
     )
     speculative: Literal["prompt_lookup", "draft", "draft+prompt_lookup"] | None = Field(
         _ENGINE.speculative,  # type: ignore[arg-type]
