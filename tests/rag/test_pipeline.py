@@ -239,7 +239,15 @@ def test_several_candidates_vote(demo_pipeline: Pipeline) -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("int8", "int8"), ("", None), ("none", None), ("None", None), ("auto", "auto")],
+    [
+        ("int8", "int8"),
+        ("int4", "int4"),
+        ("w8a8", "w8a8"),
+        ("", None),
+        ("none", None),
+        ("None", None),
+        ("auto", "auto"),
+    ],
 )
 def test_the_quantization_setting_reaches_the_engine_config(
     value: str, expected: str | None, monkeypatch: pytest.MonkeyPatch
