@@ -22,7 +22,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.layers.quantization import DENSE_ROWS, QUANTIZE_ROWS, compute_dtype, dense_dtype
+from engine.layers.quantization import (
+    DENSE_ROWS,
+    QUANTIZE_ROWS,
+    compute_dtype,
+    dense_dtype,
+    replace_linears,
+)
 
 GROUP_SIZE = 32
 """Input columns per (scale, zero) pair: GGUF's block size."""
@@ -208,11 +214,4 @@ class Int4Embedding(nn.Module):
 
 def quantize_linears_int4(module: nn.Module) -> int:
     """Replace every ``nn.Linear`` below ``module`` by an ``Int4Linear``; returns the count."""
-    count = 0
-    for name, child in list(module.named_children()):
-        if isinstance(child, nn.Linear):
-            setattr(module, name, Int4Linear(child))
-            count += 1
-        else:
-            count += quantize_linears_int4(child)
-    return count
+    return replace_linears(module, lambda _, linear: Int4Linear(linear))

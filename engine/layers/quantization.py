@@ -14,6 +14,7 @@ GGUF has a separate output matrix: its float32 embedding would be 890 MiB of the
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -157,16 +158,22 @@ class Int8Embedding(nn.Module):
         return rows * self.scales[ids, None].to(self.out_dtype)
 
 
-def quantize_linears(module: nn.Module) -> int:
-    """Replace every ``nn.Linear`` below ``module`` by an ``Int8Linear``; returns the count."""
+def replace_linears(module: nn.Module, make: Callable[[str, nn.Linear], nn.Module]) -> int:
+    """Replace every ``nn.Linear`` below ``module`` by ``make(its attribute name, it)``; returns
+    the count (the walk each weight format's ``quantize_linears*`` shares)."""
     count = 0
     for name, child in list(module.named_children()):
         if isinstance(child, nn.Linear):
-            setattr(module, name, Int8Linear.from_linear(child))
+            setattr(module, name, make(name, child))
             count += 1
         else:
-            count += quantize_linears(child)
+            count += replace_linears(child, make)
     return count
+
+
+def quantize_linears(module: nn.Module) -> int:
+    """Replace every ``nn.Linear`` below ``module`` by an ``Int8Linear``; returns the count."""
+    return replace_linears(module, lambda _, linear: Int8Linear.from_linear(linear))
 
 
 @runtime_checkable

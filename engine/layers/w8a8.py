@@ -35,7 +35,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.layers.quantization import DENSE_ROWS, Int8Linear, dense_dtype, quantize_weight
+from engine.layers.quantization import (
+    DENSE_ROWS,
+    Int8Linear,
+    dense_dtype,
+    quantize_weight,
+    replace_linears,
+)
 
 FBGEMM_ENGINES = ("x86", "fbgemm")
 """``torch.backends.quantized.engine`` values whose dynamic linear is fbgemm's."""
@@ -124,12 +130,8 @@ decoder), at 8 rows 155 against 98."""
 def quantize_linears_w8a8(module: nn.Module) -> int:
     """Replace every ``nn.Linear`` below ``module`` by a ``W8A8Linear``, or an ``Int8Linear``
     for the layers named in ``WEIGHT_ONLY``; returns the count."""
-    count = 0
-    for name, child in list(module.named_children()):
-        if isinstance(child, nn.Linear):
-            quantized = Int8Linear.from_linear(child) if name in WEIGHT_ONLY else W8A8Linear(child)
-            setattr(module, name, quantized)
-            count += 1
-        else:
-            count += quantize_linears_w8a8(child)
-    return count
+
+    def make(name: str, linear: nn.Linear) -> nn.Module:
+        return Int8Linear.from_linear(linear) if name in WEIGHT_ONLY else W8A8Linear(linear)
+
+    return replace_linears(module, make)
