@@ -30,6 +30,8 @@ round activations differently and are refused.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
+from typing import Any, Self
 
 import torch
 import torch.nn.functional as F
@@ -101,12 +103,68 @@ class W8A8Linear(nn.Module):
             y += self.bias
         return y.to(self.out_dtype).view(*shape[:-1], self.out_features)
 
+    def int8_weight(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(int8 weight, float32 scale per output row) unpacked from fbgemm's form."""
+        quantized, _ = torch.ops.quantized.linear_unpack(self.packed)
+        return quantized.int_repr(), quantized.q_per_channel_scales().float()
+
     def dequantized(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         """The weight the packed int8 rows stand for, in ``dtype`` (built per call)."""
-        quantized, _ = torch.ops.quantized.linear_unpack(self.packed)
+        qweight, scales = self.int8_weight()
         dtype = dtype or self.out_dtype
-        scales = quantized.q_per_channel_scales().to(dtype)
-        return quantized.int_repr().to(dtype).mul_(scales[:, None])
+        return qweight.to(dtype).mul_(scales.to(dtype)[:, None])
+
+    # The packed weights are neither a parameter nor a buffer, so nn.Module's state dict and
+    # ``.to()`` would pass them by: a state dict holds them as ``Int8Linear`` names them
+    # (``qweight`` int8, ``scales`` per row) and loading one repacks them; moving to another
+    # device is refused rather than leaving them behind.
+
+    def _save_to_state_dict(
+        self, destination: dict[str, Any], prefix: str, keep_vars: bool
+    ) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        qweight, scales = self.int8_weight()
+        destination[prefix + "qweight"] = qweight
+        destination[prefix + "scales"] = scales
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+        names = (prefix + "qweight", prefix + "scales")
+        unexpected_keys[:] = [key for key in unexpected_keys if key not in names]
+        absent = [name for name in names if name not in state_dict]
+        if absent:
+            missing_keys.extend(absent)
+            return
+        qweight, scales = (state_dict[name] for name in names)
+        shape = (self.out_features, self.in_features)
+        if qweight.dtype != torch.int8 or tuple(qweight.shape) != shape:
+            error_msgs.append(
+                f"{names[0]}: need int8 of shape {shape}, got {qweight.dtype} "
+                f"{tuple(qweight.shape)}"
+            )
+        elif tuple(scales.shape) != (self.out_features,):
+            error_msgs.append(f"{names[1]}: need {self.out_features} scales")
+        else:
+            self.packed = pack_int8_weight(qweight.cpu(), scales.float().cpu())
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Self:
+        probe = fn(torch.zeros(0, dtype=self.out_dtype))
+        if probe.device.type != "cpu":
+            raise ValueError(f"w8a8 runs on the CPU only: cannot move to {probe.device}")
+        if probe.dtype.is_floating_point:  # .to(dtype) / .half(): the output's dtype follows
+            self.out_dtype = probe.dtype
+        return super()._apply(fn, recurse)
 
     def packed_bytes(self) -> int:
         """Bytes the packed weights hold (not a buffer, so ``weight_bytes`` asks for them): a byte

@@ -161,3 +161,40 @@ def test_the_w8a8_engine_mostly_agrees_with_the_float_one_on_the_next_token(
     text = w8a8_engine.generate(prompts[:1], SamplingParams(max_tokens=24))[0].outputs[0].text
     assert same >= 0.8 * len(prompts), same
     assert len(text.split()) >= 5
+
+
+def test_the_state_dict_holds_the_int8_weights_and_loading_repacks_them() -> None:
+    """The packed weights are no buffer, yet a state dict carries them (int8 rows and their
+    scales, under Int8Linear's names) and loading one into another layer gives its products."""
+    torch.manual_seed(5)
+    source = W8A8Linear(torch.nn.Linear(64, 48, bias=True))
+    state = source.state_dict()
+    assert set(state) == {"bias", "qweight", "scales"}
+    assert state["qweight"].dtype == torch.int8 and state["scales"].shape == (48,)
+    target = W8A8Linear(torch.nn.Linear(64, 48, bias=True))
+    x = activations(3, 64)
+    with torch.no_grad():
+        assert not torch.equal(target(x), source(x))
+        target.load_state_dict(state)
+        assert torch.equal(target(x), source(x))
+    # An Int8Linear of the same weights loads the same state dict: the names are shared.
+    int8 = Int8Linear(state["qweight"].clone(), state["scales"].clone(), None, torch.float32)
+    int8.bias = torch.nn.Parameter(torch.zeros(48), requires_grad=False)
+    int8.load_state_dict(state)
+    assert torch.equal(int8.qweight, state["qweight"])
+
+    missing = target.load_state_dict({"bias": state["bias"]}, strict=False)
+    assert set(missing.missing_keys) == {"qweight", "scales"}
+    with pytest.raises(RuntimeError, match="need int8"):
+        target.load_state_dict({**state, "qweight": state["qweight"].float()})
+
+
+def test_moving_a_w8a8_layer_off_the_cpu_is_refused_and_a_dtype_change_is_followed() -> None:
+    layer = W8A8Linear(torch.nn.Linear(32, 16, bias=True))
+    with pytest.raises(ValueError, match="CPU only"):
+        layer.to("meta")
+    layer.to(torch.bfloat16)
+    assert layer.out_dtype == torch.bfloat16 and layer.bias is not None
+    assert layer.bias.dtype == torch.bfloat16
+    with torch.no_grad():
+        assert layer(torch.randn(2, 32, dtype=torch.bfloat16)).dtype == torch.bfloat16
