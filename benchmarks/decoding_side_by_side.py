@@ -1,6 +1,7 @@
 """Two configurations of one ``ragguard eval`` run, question by question: accuracy and its change
-with a paired bootstrap interval, the share of answers the grounding guard calls supported, and
-the answer time.
+with a paired bootstrap interval, the share of answers the grounding guard calls supported, the
+answer time, and how well each one's confidence ranks its own answers (AUROC; its change with a
+paired bootstrap interval over the questions both scored).
 
 Reads ``OUT/dataset.jsonl`` and ``OUT/<config>/items.jsonl`` of runs made with two ``--config``
 files (e.g. int8.toml beside context_aware.toml), for every ``OUT`` given; only questions both
@@ -63,6 +64,8 @@ def compare(run: Path, baseline: str, other: str, seed: int) -> dict[str, Any]:
     deltas = right[draws, 1].mean(axis=1) - right[draws, 0].mean(axis=1)
     low, high = np.percentile(deltas, [2.5, 97.5])
 
+    confidence = confidence_change(items, first, second, ids, rng)
+
     def seconds(recs: dict[str, dict[str, Any]]) -> float:
         return statistics.median(recs[i]["timings"]["total_s"] for i in ids)
 
@@ -83,6 +86,50 @@ def compare(run: Path, baseline: str, other: str, seed: int) -> dict[str, Any]:
         "accuracy_change_95": [float(low), float(high)],
         "changed_answers": sum(first[i]["answer"] != second[i]["answer"] for i in ids),
         "errors": errors,
+        "confidence_auroc": confidence,
+    }
+
+
+def confidence_change(
+    items: dict[str, Any],
+    first: dict[str, dict[str, Any]],
+    second: dict[str, dict[str, Any]],
+    ids: list[str],
+    rng: np.random.Generator,
+) -> dict[str, Any] | None:
+    """Each configuration's confidence AUROC against its own answers' correctness, on the
+    questions both scored (a declined answer has no confidence), and the change's 95 % interval:
+    the same questions drawn for both in each bootstrap draw (draws lacking a right or a wrong
+    answer in either are skipped)."""
+    from rag.eval.metrics import auroc
+    from rag.eval.summary import is_correct
+
+    rows = []
+    for item_id in ids:
+        a, b = first[item_id], second[item_id]
+        if a.get("confidence") is None or b.get("confidence") is None:
+            continue
+        right_a = is_correct(items[item_id], a["answer"])
+        right_b = is_correct(items[item_id], b["answer"])
+        if right_a is not None and right_b is not None:
+            rows.append((a["confidence"], int(right_a), b["confidence"], int(right_b)))
+    if not rows:
+        return None
+    table = np.array(rows, dtype=float)
+    draws = []
+    for _ in range(BOOTSTRAP // 10):  # each draw sorts; a thousand keep this a second
+        sample = table[rng.integers(0, len(table), size=len(table))]
+        change = auroc(sample[:, 2], sample[:, 3]) - auroc(sample[:, 0], sample[:, 1])
+        if np.isfinite(change):
+            draws.append(change)
+    baseline, other = auroc(table[:, 0], table[:, 1]), auroc(table[:, 2], table[:, 3])
+    low, high = np.percentile(draws, [2.5, 97.5]) if draws else (float("nan"),) * 2
+    return {
+        "questions": len(table),
+        "baseline": baseline,
+        "other": other,
+        "change": other - baseline,
+        "change_95": [float(low), float(high)],
     }
 
 
