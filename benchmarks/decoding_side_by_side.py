@@ -116,13 +116,21 @@ def confidence_change(
     if not rows:
         return None
     table = np.array(rows, dtype=float)
+
+    def aurocs(sample: np.ndarray) -> tuple[float, float]:
+        return (
+            auroc(sample[:, 0].tolist(), sample[:, 1].astype(int).tolist()),
+            auroc(sample[:, 2].tolist(), sample[:, 3].astype(int).tolist()),
+        )
+
     draws = []
     for _ in range(BOOTSTRAP // 10):  # each draw sorts; a thousand keep this a second
         sample = table[rng.integers(0, len(table), size=len(table))]
-        change = auroc(sample[:, 2], sample[:, 3]) - auroc(sample[:, 0], sample[:, 1])
+        before, after = aurocs(sample)
+        change = after - before
         if np.isfinite(change):
             draws.append(change)
-    baseline, other = auroc(table[:, 0], table[:, 1]), auroc(table[:, 2], table[:, 3])
+    baseline, other = aurocs(table)
     low, high = np.percentile(draws, [2.5, 97.5]) if draws else (float("nan"),) * 2
     return {
         "questions": len(table),
