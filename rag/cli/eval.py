@@ -90,6 +90,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         index_dir=args.index_dir,
         restart=args.restart,
+        retry_errors=args.retry_errors,
         show_progress=not args.quiet,
         command="ragguard "
         + shlex.join(sys.argv[1:] if getattr(args, "argv", None) is None else args.argv),
@@ -152,5 +153,11 @@ def add_parsers(sub: Any) -> None:
         help="folder of the public data sets, for built-in sets (default: ../shared/data)",
     )
     p.add_argument("--restart", action="store_true", help="discard earlier records in --out")
+    p.add_argument(
+        "--retry-errors",
+        action="store_true",
+        help="ask again the items whose earlier records hold no answer (a deadline missed, an "
+        "engine error); the new records are appended and count instead",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_eval)

@@ -122,6 +122,7 @@ class RunOptions:
     restart: bool = False
     show_progress: bool = True
     stop_after: int | None = None
+    retry_errors: bool = False
 
 
 @dataclass(slots=True)
@@ -203,7 +204,7 @@ class Evaluation:
                 "index": index_name,
                 "seed": o.seed,
             }
-            records = runner.open(fingerprint, restart=o.restart)
+            records = runner.open(fingerprint, restart=o.restart, retry_errors=o.retry_errors)
             stats = runner.run(
                 self.items,
                 records,
@@ -274,6 +275,7 @@ def evaluate(
     restart: bool = False,
     show_progress: bool = True,
     stop_after: int | None = None,
+    retry_errors: bool = False,
     embedder: Any = None,
     generator: Any = None,
     command: str = "",
@@ -294,7 +296,7 @@ def evaluate(
         base["index_dir"] = index_dir
     if index or source.prepared:
         base["index_name"] = index or source.name
-    options = RunOptions(seed, threads, restart, show_progress, stop_after)
+    options = RunOptions(seed, threads, restart, show_progress, stop_after, retry_errors)
     models = _Models(embedder, generator)
     run = Evaluation(source, source.items[:limit], out_dir, base, options, models, say)
     try:

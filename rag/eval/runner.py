@@ -76,9 +76,12 @@ class Runner:
         return self.out_dir / ITEMS_FILE
 
     def open(
-        self, fingerprint: dict[str, Any], *, restart: bool = False
+        self, fingerprint: dict[str, Any], *, restart: bool = False, retry_errors: bool = False
     ) -> dict[str, dict[str, Any]]:
-        """Check that earlier records (if any) were made from the same inputs; their records."""
+        """Check that earlier records (if any) were made from the same inputs; their records.
+        With ``retry_errors`` the records of items that got no answer (a deadline, an engine
+        error) are left out, so that ``run`` asks those items again: their new records are
+        appended, and the last record of an item is the one that counts."""
         run_path = self.out_dir / RUN_FILE
         if restart:
             self.items_path.unlink(missing_ok=True)
@@ -93,7 +96,10 @@ class Runner:
                 )
         else:
             self._write_run({"fingerprint": fingerprint, "sessions": []})
-        return read_records(self.items_path)
+        records = read_records(self.items_path)
+        if retry_errors:
+            records = {k: r for k, r in records.items() if "error" not in r}
+        return records
 
     def run(
         self,

@@ -239,6 +239,42 @@ def test_an_interrupted_run_resumes_to_the_same_results(
         )
 
 
+def test_retry_errors_asks_again_only_the_items_without_an_answer(
+    workspace: Path, embedder: Any, llm_engine: Any
+) -> None:
+    """A record that holds an error (a deadline missed under load) stays on a plain resume; with
+    ``retry_errors`` that item alone is asked again, its new record appended and counted."""
+    common: dict[str, Any] = {
+        "index": "tiny",
+        "configs": [EvalConfig("short", {"max_tokens": 16})],
+        "threads": 1,
+        "show_progress": False,
+        "embedder": embedder,
+        "generator": llm_engine,
+    }
+    whole = evaluate(Path("set.jsonl"), workspace / "run", **common)
+    items_file = workspace / "run" / "short" / "items.jsonl"
+    lines = items_file.read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    failed = next(k for k, r in enumerate(records) if r["id"] == "river")
+    error = "no answer within the 300 s deadline; the generation was stopped"
+    lines[failed] = json.dumps({"id": "river", "position": failed, "error": error})
+    items_file.write_text("".join(line + "\n" for line in lines))
+
+    again = evaluate(Path("set.jsonl"), workspace / "run", **common)
+    assert again["configs"][0]["metrics"]["counts"]["errors"] == 1
+    assert len(items_file.read_text().splitlines()) == len(ITEMS)
+
+    retried = evaluate(Path("set.jsonl"), workspace / "run", retry_errors=True, **common)
+    counts = retried["configs"][0]["metrics"]["counts"]
+    assert counts["errors"] == 0 and counts == whole["configs"][0]["metrics"]["counts"]
+    after = [json.loads(line) for line in items_file.read_text().splitlines()]
+    assert len(after) == len(ITEMS) + 1  # the failed record kept, the new one appended
+    assert after[-1]["id"] == "river" and "answer" in after[-1]
+    sessions = json.loads((workspace / "run" / "short" / "run.json").read_text())["sessions"]
+    assert [s["num_items"] for s in sessions] == [len(ITEMS), 0, 1]
+
+
 def test_a_dataset_without_gold_answers_runs(
     workspace: Path, embedder: Any, llm_engine: Any
 ) -> None:
