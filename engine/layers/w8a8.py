@@ -156,7 +156,7 @@ class W8A8Linear(nn.Module):
         elif tuple(scales.shape) != (self.out_features,):
             error_msgs.append(f"{names[1]}: need {self.out_features} scales")
         else:
-            self.packed = pack_int8_weight(qweight.cpu(), scales.float().cpu())
+            self.packed = pack_int8_weight(qweight.cpu(), scales.cpu())
 
     def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Self:
         probe = fn(torch.zeros(0, dtype=self.out_dtype))

@@ -177,11 +177,15 @@ def test_the_state_dict_holds_the_int8_weights_and_loading_repacks_them() -> Non
         assert not torch.equal(target(x), source(x))
         target.load_state_dict(state)
         assert torch.equal(target(x), source(x))
-    # An Int8Linear of the same weights loads the same state dict: the names are shared.
-    int8 = Int8Linear(state["qweight"].clone(), state["scales"].clone(), None, torch.float32)
-    int8.bias = torch.nn.Parameter(torch.zeros(48), requires_grad=False)
+    # An Int8Linear of other weights loads the same state dict (the names are shared) and then
+    # stands for the same weights.
+    int8 = Int8Linear.from_linear(torch.nn.Linear(64, 48, bias=True))
+    assert not torch.equal(int8.qweight, state["qweight"])
     int8.load_state_dict(state)
     assert torch.equal(int8.qweight, state["qweight"])
+    assert torch.allclose(
+        int8.dequantized(torch.float32), source.dequantized(torch.float32), rtol=1e-2
+    )
 
     missing = target.load_state_dict({"bias": state["bias"]}, strict=False)
     assert set(missing.missing_keys) == {"qweight", "scales"}
