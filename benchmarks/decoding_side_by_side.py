@@ -52,19 +52,19 @@ def compare(run: Path, baseline: str, other: str, seed: int) -> dict[str, Any]:
         for name, recs in ((baseline, first), (other, second))
     }
     ids = [i for i in both if "answer" in first[i] and "answer" in second[i]]
-    pairs = []
+    verdicts = {}  # item id -> (baseline right, other right), where both can be judged
     for item_id in ids:
         a = is_correct(items[item_id], first[item_id]["answer"])
         b = is_correct(items[item_id], second[item_id]["answer"])
         if a is not None and b is not None:
-            pairs.append((a, b))
-    right = np.array(pairs, dtype=float).reshape(-1, 2)
+            verdicts[item_id] = (a, b)
+    right = np.array(list(verdicts.values()), dtype=float).reshape(-1, 2)
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, len(right), size=(BOOTSTRAP, len(right)))
     deltas = right[draws, 1].mean(axis=1) - right[draws, 0].mean(axis=1)
     low, high = np.percentile(deltas, [2.5, 97.5])
 
-    confidence = confidence_change(items, first, second, ids, rng)
+    confidence = confidence_change(first, second, verdicts, rng)
 
     def seconds(recs: dict[str, dict[str, Any]]) -> float:
         return statistics.median(recs[i]["timings"]["total_s"] for i in ids)
@@ -91,10 +91,9 @@ def compare(run: Path, baseline: str, other: str, seed: int) -> dict[str, Any]:
 
 
 def confidence_change(
-    items: dict[str, Any],
     first: dict[str, dict[str, Any]],
     second: dict[str, dict[str, Any]],
-    ids: list[str],
+    verdicts: dict[str, tuple[bool, bool]],
     rng: np.random.Generator,
 ) -> dict[str, Any] | None:
     """Each configuration's confidence AUROC against its own answers' correctness, on the
@@ -102,17 +101,12 @@ def confidence_change(
     the same questions drawn for both in each bootstrap draw (draws lacking a right or a wrong
     answer in either are skipped)."""
     from rag.eval.metrics import auroc
-    from rag.eval.summary import is_correct
 
-    rows = []
-    for item_id in ids:
-        a, b = first[item_id], second[item_id]
-        if a.get("confidence") is None or b.get("confidence") is None:
-            continue
-        right_a = is_correct(items[item_id], a["answer"])
-        right_b = is_correct(items[item_id], b["answer"])
-        if right_a is not None and right_b is not None:
-            rows.append((a["confidence"], int(right_a), b["confidence"], int(right_b)))
+    rows = [
+        (first[i]["confidence"], int(right_a), second[i]["confidence"], int(right_b))
+        for i, (right_a, right_b) in verdicts.items()
+        if first[i].get("confidence") is not None and second[i].get("confidence") is not None
+    ]
     if not rows:
         return None
     table = np.array(rows, dtype=float)
