@@ -12,6 +12,8 @@ answer is token for token plain decoding's.
     python benchmarks/draft_speculation.py                         # int8, k = 4, 8 prompts
     python benchmarks/draft_speculation.py --quantization none --num-draft-tokens 3,5
     python benchmarks/draft_speculation.py --prompts 3 --max-tokens 96 --ignore-eos
+    python benchmarks/draft_speculation.py --quantization w8a8 --draft-quantization int8 \
+        --also-plain int8          # a w8a8 target verifying an int8 draft, and int8 alone
 """
 
 from __future__ import annotations
@@ -34,6 +36,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--target", default="qwen2.5-coder-1.5b")
     parser.add_argument("--draft", default="qwen2.5-coder-0.5b")
     parser.add_argument("--quantization", default="int8", choices=["none", "int8", "int4", "w8a8"])
+    parser.add_argument(
+        "--draft-quantization",
+        default="same",
+        choices=["same", "none", "int8", "int4", "w8a8"],
+        help="the draft model's weight format (same: --quantization)",
+    )
+    parser.add_argument(
+        "--also-plain",
+        choices=["none", "int8", "int4", "w8a8"],
+        help="also plain decoding in this weight format (against plain in --quantization)",
+    )
     parser.add_argument("--num-draft-tokens", default="4", help="comma-separated k values")
     parser.add_argument(
         "--with-prompt-lookup", action="store_true", help="also draft+prompt_lookup"
@@ -55,26 +68,37 @@ def main(argv: list[str] | None = None) -> None:
     from engine import EngineConfig, LLMEngine, SamplingParams
 
     args = parse_args(argv)
-    quantization = None if args.quantization == "none" else args.quantization
+
+    def weight_format(name: str) -> str | None:
+        return None if name == "none" else name
 
     def build(**extra: Any) -> LLMEngine:
         started = time.perf_counter()
+        options = {"quantization": weight_format(args.quantization)} | extra
         engine = LLMEngine(
             EngineConfig(
                 model=args.target,
                 device="cpu",
-                quantization=quantization,
                 kv_cache_memory_bytes=512 << 20,
                 max_num_seqs=4,
-                **extra,
+                **options,
             )
         )
         print(f"built {extra or 'plain'} in {time.perf_counter() - started:.1f} s", flush=True)
         return engine
 
     variants: dict[str, LLMEngine] = {"plain": build()}
+    if args.also_plain:
+        variants[f"plain {args.also_plain}"] = build(quantization=weight_format(args.also_plain))
+    draft_format = args.draft_quantization
     for k in (int(v) for v in args.num_draft_tokens.split(",")):
-        draft = {"draft_model": args.draft, "num_draft_tokens": k}
+        draft = {
+            "draft_model": args.draft,
+            "num_draft_tokens": k,
+            "draft_quantization": draft_format
+            if draft_format == "same"
+            else weight_format(draft_format),
+        }
         variants[f"draft k={k}"] = build(speculative="draft", **draft)
         if args.with_prompt_lookup:
             variants[f"draft+lookup k={k}"] = build(speculative="draft+prompt_lookup", **draft)
@@ -101,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
         "target": args.target,
         "draft": args.draft,
         "quantization": args.quantization,
+        "draft_quantization": args.draft_quantization,
         "ignore_eos": args.ignore_eos,
         "num_prompts": len(prompts),
         "mean_prompt_tokens": statistics.mean(plain.count_tokens(p) for p in prompts),

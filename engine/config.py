@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -72,9 +72,13 @@ class EngineConfig:
     draft_model: str | None = None
     """speculative="draft": the draft model (a profile, GGUF file or model directory) that
     proposes ``num_draft_tokens`` tokens a step for the target to verify in one pass; it must
-    share the target's tokenizer (checked at load), and runs in the target's dtype and
-    quantization. "draft+prompt_lookup" asks prompt lookup first and the draft model when it
-    finds nothing."""
+    share the target's tokenizer (checked at load) and runs in the target's dtype.
+    "draft+prompt_lookup" asks prompt lookup first and the draft model when it finds nothing."""
+    draft_quantization: str | None = "same"
+    """The draft model's weight format: "same" takes ``quantization`` (``auto`` resolved for
+    the draft itself), or any of ``quantization``'s values. The two models' steps differ: the
+    draft decodes one row at a time, where weight-only int8 is fastest, while the target
+    verifies k + 1 rows at once, where integer products (w8a8) cost little more than one."""
     num_draft_tokens: int = 3
     """Draft model: draft length k (k passes of the draft model per target step)."""
     prompt_lookup_max: int = 3
@@ -111,6 +115,13 @@ class EngineConfig:
     """ProcessEngine: the child process's niceness (0-19): raised, the operating system runs the
     server's own threads (HTTP, health checks, guards) first when the cores are all busy."""
 
+    def draft_config(self) -> EngineConfig:
+        """This configuration as the draft model loads with: ``draft_quantization`` as its
+        quantization."""
+        if self.draft_quantization == "same":
+            return self
+        return replace(self, quantization=self.draft_quantization)
+
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {_DTYPES}, got {self.dtype!r}")
@@ -120,6 +131,11 @@ class EngineConfig:
             )
         if self.speculative not in _SPECULATIVE:
             raise ValueError(f"speculative must be one of {_SPECULATIVE}, got {self.speculative!r}")
+        if self.draft_quantization != "same" and self.draft_quantization not in _QUANTIZATIONS:
+            raise ValueError(
+                f"draft_quantization must be 'same' or one of {_QUANTIZATIONS}, "
+                f"got {self.draft_quantization!r}"
+            )
         uses_draft_model = self.speculative in ("draft", "draft+prompt_lookup")
         if uses_draft_model and not self.draft_model:
             raise ValueError(f"speculative={self.speculative!r} needs a draft_model")

@@ -54,7 +54,7 @@ class LLMEngine(PromptFacade):
         self.stopping = StopChecker(self.eos_token_ids, self.max_model_len, self.prompts.decode)
         draft = None
         if config.speculative in ("draft", "draft+prompt_lookup"):
-            draft = load_model(config.draft_model, config, self.device)
+            draft = load_model(config.draft_model, config.draft_config(), self.device)
             check_same_tokenizer(tokenizer, draft.tokenizer, draft.source.name)
         amateur = None
         if config.decoding == "contrastive":

@@ -42,6 +42,7 @@ ENGINE_FIELDS = (
     "speculative_max_seqs",
     "draft_model",
     "num_draft_tokens",
+    "draft_quantization",
     "decoding",
     "amateur_model",
     "contrast_weight",

@@ -126,6 +126,12 @@ class EngineSettings(Group):
     num_draft_tokens: int = Field(
         _ENGINE.num_draft_tokens, ge=1, le=16, description="draft model: guesses per step"
     )
+    draft_quantization: Literal["same", "auto", "int8", "int4", "w8a8"] | None = Field(
+        _ENGINE.draft_quantization,  # type: ignore[arg-type]
+        description="draft model's weights: same = as quantization; else any quantization "
+        "value (e.g. a w8a8 target, whose k + 1-row verification costs about one step, with "
+        "an int8 draft, fastest one row at a time)",
+    )
     decoding: Literal["context_aware", "contrastive"] | None = Field(
         _ENGINE.decoding,  # type: ignore[arg-type]
         description="engine token choice: empty = the model's own distribution; contrastive = "
@@ -164,7 +170,13 @@ class EngineSettings(Group):
     )
 
     _empty_is_none = field_validator(
-        "quantization", "speculative", "draft_model", "decoding", "amateur_model", mode="before"
+        "quantization",
+        "draft_quantization",
+        "speculative",
+        "draft_model",
+        "decoding",
+        "amateur_model",
+        mode="before",
     )(empty_is_none)
 
     @model_validator(mode="after")

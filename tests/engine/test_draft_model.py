@@ -179,3 +179,19 @@ def test_draft_settings_are_checked() -> None:
         EngineConfig(speculative="draft")
     with pytest.raises(ValueError, match="num_draft_tokens"):
         EngineConfig(speculative="draft", draft_model="x", num_draft_tokens=0)
+
+
+def test_the_draft_takes_its_own_weight_format(pair: tuple[str, str], plain: LLMEngine) -> None:
+    # An int8 draft beside a float32 target: only the guesses can change, never the output.
+    engine = _engine(*pair, draft_quantization="int8")
+    assert engine.drafter is not None
+    draft_layers = {type(m).__name__ for m in engine.drafter.runner.model.modules()}
+    target_layers = {type(m).__name__ for m in engine.model.modules()}
+    assert "Int8Linear" in draft_layers and "Int8Linear" not in target_layers
+    assert _greedy(engine, PROMPTS) == _greedy(plain, PROMPTS)
+    assert engine.stats().num_draft_tokens > 0
+    with pytest.raises(ValueError, match="draft_quantization"):
+        EngineConfig(draft_quantization="int3")
+    config = EngineConfig(quantization="int8", draft_quantization=None)
+    assert (config.draft_config().quantization, config.quantization) == (None, "int8")
+    assert EngineConfig(quantization="w8a8").draft_config().quantization == "w8a8"
