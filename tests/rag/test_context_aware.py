@@ -73,3 +73,19 @@ def test_two_model_settings_are_checked() -> None:
         speculative="draft", draft_model="qwen2.5-coder-0.5b", _env_file=None
     ).engine.engine_config()
     assert (config.speculative, config.draft_model) == ("draft", "qwen2.5-coder-0.5b")
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [("", None), ("none", None), ("int8", "int8"), ("same", "w8a8")]
+)
+def test_the_draft_quantization_setting_reaches_the_draft(
+    value: str, expected: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAGGUARD_DRAFT_QUANTIZATION", value)
+    config = Settings(
+        quantization="w8a8", speculative="draft", draft_model="x", _env_file=None
+    ).engine.engine_config()
+    assert (config.quantization, config.draft_config().quantization) == ("w8a8", expected)
+    monkeypatch.setenv("RAGGUARD_DRAFT_QUANTIZATION", "int3")
+    with pytest.raises(ValueError, match="draft_quantization"):
+        Settings(_env_file=None)
