@@ -12,14 +12,19 @@ rows, and a 256-row prefill chunk 2.5 s against 7.3 s widened to float32; the en
 are in docs/benchmarks.md, "Integer products (w8a8)".
 
 The price is the activations' precision. The op takes one scale and offset for its whole input,
-so each row (a token) is divided by its largest magnitude first and its output multiplied back
-(the product is linear in each row): a token's scale is its own, not its neighbours'. The op's
-range is still the batch's minimum to maximum of those scaled rows, so a row's rounding can move
-a little with what shares its step (as the weight-only kernels' products do). fbgemm also
-quantizes activations to 7 bits ("reduce range": with 8, its unsigned-by-signed pair sums
-overflow 16 bits and saturate). A product then errs by about 1-3 % of its norm on real
-activations, up to 9 % for Qwen2.5's MLP down projection, whose inputs are heavy-tailed;
-weight-only int8 errs by about 1 %. So that one stays weight-only int8 (``WEIGHT_ONLY``).
+so each row (a token) is first mapped onto exactly [-1, 1] by its own minimum and maximum, and
+the product is mapped back: ``x @ W.T = s * (x' @ W.T) + c * W.sum(1)`` for ``x = s * x' + c``,
+the last term from the weights' row sums kept beside them. Every row then spans the op's whole
+range, so its rounding is its own: a row's product is bit for bit the same whatever shares its
+step (alone, in a batch, in a prefill chunk or a verification pass), and a row in a batch is
+rounded as finely as one alone. (Scaling rows by their largest magnitude only, as before, left
+the range to the batch's extremes: in a 629-row prefill chunk of Qwen2.5-Coder-1.5B, a row's
+product erred 11-36 % more than the same row alone, and differed from it.) fbgemm also quantizes
+activations to 7 bits ("reduce range": with 8, its unsigned-by-signed pair sums overflow 16 bits
+and saturate). Rounding the activations then moves a product by about 1-5 % of its norm on that
+chunk (layers 2, 14 and 26), 6-14 % for Qwen2.5's MLP down projection, whose inputs are
+heavy-tailed; weight-only int8 errs by about 1 %.
+So that one stays weight-only int8 (``WEIGHT_ONLY``).
 
 Weights are per-output-channel symmetric int8 (``quantize_weight``, the same values as
 ``Int8Linear``'s), held only in fbgemm's packed form (as many bytes as int8's). CPU only, and
@@ -46,6 +51,7 @@ from engine.layers.quantization import (
 )
 
 FBGEMM_ENGINES = ("x86", "fbgemm")
+_PAST_ONE = 1.0 + 2.0**-16
 """``torch.backends.quantized.engine`` values whose dynamic linear is fbgemm's."""
 
 
@@ -79,12 +85,18 @@ class W8A8Linear(nn.Module):
         self.out_dtype = weight.dtype
         qweight, scales = quantize_weight(weight)
         try:
-            self.packed = pack_int8_weight(qweight, scales)
+            self._pack(qweight, scales)
         except RuntimeError as error:  # a CPU fbgemm does not support
             raise ValueError(f"w8a8 could not pack its weights with fbgemm: {error}") from error
         self.bias = (
             None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
         )
+
+    def _pack(self, qweight: torch.Tensor, scales: torch.Tensor) -> None:
+        self.packed = pack_int8_weight(qweight, scales)
+        # Row sums of the weights the int8 rows stand for: what a row's centre contributes.
+        # Float32 whatever the model's dtype, and not a buffer (derived from the packed rows).
+        self.weight_sums = (qweight.float() * scales.float()[:, None]).sum(dim=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
@@ -95,10 +107,14 @@ class W8A8Linear(nn.Module):
             dtype = torch.bfloat16
             y = F.linear(flat.to(dtype), self.dequantized(dtype)).float()
         else:
-            tiny = torch.finfo(torch.float32).tiny
-            row_max = flat.abs().amax(dim=-1, keepdim=True).clamp_(min=tiny)
-            y = torch.ops.quantized.linear_dynamic(flat / row_max, self.packed, True)
-            y.mul_(row_max)
+            low, high = torch.aminmax(flat, dim=-1, keepdim=True)
+            centre = (high + low) / 2
+            half_range = ((high - low) / 2).clamp_(min=torch.finfo(torch.float32).tiny)
+            # Each row onto exactly [-1, 1]: a hair past it, then clamped, so that rounding in
+            # the division cannot leave a row's extremes short of the op's range.
+            unit = ((flat - centre) / half_range).mul_(_PAST_ONE).clamp_(-1.0, 1.0)
+            y = torch.ops.quantized.linear_dynamic(unit, self.packed, True)
+            y.mul_(half_range).addcmul_(centre, self.weight_sums)
         if self.bias is not None:
             y += self.bias
         return y.to(self.out_dtype).view(*shape[:-1], self.out_features)
@@ -156,7 +172,7 @@ class W8A8Linear(nn.Module):
         elif tuple(scales.shape) != (self.out_features,):
             error_msgs.append(f"{names[1]}: need {self.out_features} scales")
         else:
-            self.packed = pack_int8_weight(qweight.cpu(), scales.cpu())
+            self._pack(qweight.cpu(), scales.cpu())
 
     def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Self:
         probe = fn(torch.zeros(0, dtype=self.out_dtype))
@@ -168,9 +184,9 @@ class W8A8Linear(nn.Module):
 
     def packed_bytes(self) -> int:
         """Bytes the packed weights hold (not a buffer, so ``weight_bytes`` asks for them): a byte
-        a weight and, per output row, fbgemm's scale, zero point and column offset (4 bytes
-        each; its padding of the packed matrix is not counted)."""
-        return self.out_features * (self.in_features + 12)
+        a weight and, per output row, fbgemm's scale, zero point and column offset and our row sum
+        (4 bytes each; fbgemm's padding of the packed matrix is not counted)."""
+        return self.out_features * (self.in_features + 16)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, w8a8"

@@ -44,21 +44,37 @@ def test_w8a8_linear_matches_float_within_its_precision(bias: bool) -> None:
         assert torch.allclose(shifted - got, torch.full_like(got, 3.0) - linear.bias, atol=1e-4)
 
 
-def test_each_row_is_quantized_with_its_own_scale() -> None:
-    """A row's product does not take the scale of a larger row beside it (a decode batch mixes
-    sequences; a prompt chunk mixes tokens whose activations differ by orders of magnitude)."""
+def test_each_row_is_quantized_on_its_own_range() -> None:
+    """A row's product is bit for bit the same alone and beside others (a decode batch mixes
+    sequences; a prompt chunk mixes tokens whose activations differ by orders of magnitude; a
+    verification pass adds the guesses' rows): each row is mapped onto the op's whole range by
+    its own minimum and maximum, offset rows included."""
     torch.manual_seed(1)
-    linear = torch.nn.Linear(128, 64, bias=False)
+    linear = torch.nn.Linear(128, 64, bias=True)
     quantized = W8A8Linear(linear)
     small = activations(1, 128)
-    large = 1000 * activations(1, 128)
+    others = torch.cat(
+        [
+            1000 * activations(1, 128),
+            activations(5, 128).abs(),  # one-signed rows
+            activations(1, 128) + 50.0,  # a row far off centre
+            torch.full((1, 128), 2.5),  # a constant row
+            torch.zeros(1, 128),
+        ]
+    )
     with torch.no_grad():
         alone = quantized(small)
-        beside = quantized(torch.cat([small, large]))
-        expected = linear(small)
-    assert relative_error(beside[:1], expected) < 0.05
-    assert relative_error(beside[:1], alone) < 0.05
-    assert relative_error(beside[1:], linear(large)) < 0.05
+        beside = quantized(torch.cat([others[:3], small, others[3:]]))
+        each = torch.cat([quantized(row[None]) for row in others])
+        expected = linear(torch.cat([small, others]))
+    assert torch.equal(beside[3:4], alone)
+    assert torch.equal(torch.cat([beside[:3], beside[4:]]), each)
+    for got, want in zip(torch.cat([alone, each]), expected, strict=True):
+        assert relative_error(got, want) < 0.05
+    # The constant rows (no spread to round) come out as their exact products with the int8
+    # weights.
+    exact = torch.nn.functional.linear(others[-2:], quantized.dequantized(), linear.bias)
+    assert torch.allclose(each[-2:], exact, rtol=1e-5, atol=1e-5)
 
 
 def test_the_weights_are_int8s_values_and_counted() -> None:
@@ -142,8 +158,9 @@ def test_the_w8a8_engine_mostly_agrees_with_the_float_one_on_the_next_token(
     w8a8_engine: LLMEngine, llm_engine: LLMEngine
 ) -> None:
     """SmolLM2-135M in W8A8: the decoder's layers but the down projections in W8A8, the LM head
-    int8 weight-only. 7-bit activations move more than int8 weights do; task accuracy is the
-    benchmark's to measure (docs/benchmarks.md)."""
+    int8 weight-only. 7-bit activations move more than int8 weights do, and near-ties flip: the
+    next token's distribution is checked as well as the token. Task accuracy is the benchmark's
+    to measure (docs/benchmarks.md)."""
     assert isinstance(w8a8_engine.model.lm_head, Int8Linear)
     layer = w8a8_engine.model.model.layers[0]
     assert isinstance(layer.self_attn.qkv_proj, W8A8Linear)
@@ -151,15 +168,21 @@ def test_the_w8a8_engine_mostly_agrees_with_the_float_one_on_the_next_token(
     assert isinstance(layer.mlp.down_proj, Int8Linear)
     assert weight_bytes(w8a8_engine.model) < 0.26 * weight_bytes(llm_engine.model)
     prompts = [llm_engine.apply_chat_template([{"role": "user", "content": q}]) for q in QUESTIONS]
-    params = SamplingParams(max_tokens=1)
-    floats = llm_engine.generate(prompts, params)
-    quantized = w8a8_engine.generate(prompts, params)
-    same = sum(
-        q.outputs[0].token_ids[0] == f.outputs[0].token_ids[0]
-        for f, q in zip(floats, quantized, strict=True)
-    )
+    params = SamplingParams(max_tokens=1, logprobs=20)
+    floats = [o.outputs[0] for o in llm_engine.generate(prompts, params)]
+    quantized = [o.outputs[0] for o in w8a8_engine.generate(prompts, params)]
+    same = sum(q.token_ids[0] == f.token_ids[0] for f, q in zip(floats, quantized, strict=True))
+    # Mean |log p| change of the tokens both top-20 lists hold: 0.32 nats with each row rounded
+    # on its own range, 0.49 when a prompt's rows shared the chunk's range.
+    moved = []
+    for f, q in zip(floats, quantized, strict=True):
+        assert f.top_logprobs is not None and q.top_logprobs is not None
+        want, got = f.top_logprobs[0], q.top_logprobs[0]
+        shared = want.keys() & got.keys()
+        moved.append(sum(abs(want[t] - got[t]) for t in shared) / len(shared))
     text = w8a8_engine.generate(prompts[:1], SamplingParams(max_tokens=24))[0].outputs[0].text
-    assert same >= 0.8 * len(prompts), same
+    assert same >= 0.7 * len(prompts), same
+    assert sum(moved) / len(moved) < 0.4, moved
     assert len(text.split()) >= 5
 
 
