@@ -52,6 +52,7 @@ from engine.layers.quantization import (
 
 FBGEMM_ENGINES = ("x86", "fbgemm")
 _PAST_ONE = 1.0 + 2.0**-16
+_TINY = torch.finfo(torch.float32).tiny
 """``torch.backends.quantized.engine`` values whose dynamic linear is fbgemm's."""
 
 
@@ -107,12 +108,13 @@ class W8A8Linear(nn.Module):
             dtype = torch.bfloat16
             y = F.linear(flat.to(dtype), self.dequantized(dtype)).float()
         else:
-            low, high = torch.aminmax(flat, dim=-1, keepdim=True)
-            centre = (high + low) / 2
-            half_range = ((high - low) / 2).clamp_(min=torch.finfo(torch.float32).tiny)
             # Each row onto exactly [-1, 1]: a hair past it, then clamped, so that rounding in
-            # the division cannot leave a row's extremes short of the op's range.
-            unit = ((flat - centre) / half_range).mul_(_PAST_ONE).clamp_(-1.0, 1.0)
+            # the division cannot leave a row's extremes short of the op's range. (In place where
+            # it can: at one row the small operators' dispatch costs as much as their work.)
+            low, high = torch.aminmax(flat, dim=-1, keepdim=True)
+            half_range = (high - low).mul_(0.5).clamp_(min=_TINY)
+            centre = high.sub_(half_range)
+            unit = (flat - centre).div_(half_range).mul_(_PAST_ONE).clamp_(-1.0, 1.0)
             y = torch.ops.quantized.linear_dynamic(unit, self.packed, True)
             y.mul_(half_range).addcmul_(centre, self.weight_sums)
         if self.bias is not None:
