@@ -76,9 +76,10 @@ class EngineConfig:
     "draft+prompt_lookup" asks prompt lookup first and the draft model when it finds nothing."""
     draft_quantization: str | None = "same"
     """The draft model's weight format: "same" takes ``quantization`` (``auto`` resolved for
-    the draft itself), or any of ``quantization``'s values. The two models' steps differ: the
-    draft decodes one row at a time, where weight-only int8 is fastest, while the target
-    verifies k + 1 rows at once, where integer products (w8a8) cost little more than one."""
+    the draft itself), or any of ``quantization``'s values. The two models' steps differ (the
+    draft decodes one row at a time, the target verifies k + 1 rows at once), so their fastest
+    formats can too; on the 2-core AVX2 CPU measured, w8a8 was the faster for both
+    (docs/benchmarks.md, "Integer products (w8a8)")."""
     num_draft_tokens: int = 3
     """Draft model: draft length k (k passes of the draft model per target step)."""
     prompt_lookup_max: int = 3

@@ -23,8 +23,8 @@ product erred 11-36 % more than the same row alone, and differed from it.) fbgem
 activations to 7 bits ("reduce range": with 8, its unsigned-by-signed pair sums overflow 16 bits
 and saturate). Rounding the activations then moves a product by about 1-5 % of its norm on that
 chunk (layers 2, 14 and 26), 6-14 % for Qwen2.5's MLP down projection, whose inputs are
-heavy-tailed; weight-only int8 errs by about 1 %.
-So that one stays weight-only int8 (``WEIGHT_ONLY``).
+heavy-tailed; weight-only int8 errs by about 1 %. So that one stays weight-only int8
+(``WEIGHT_ONLY``).
 
 Weights are per-output-channel symmetric int8 (``quantize_weight``, the same values as
 ``Int8Linear``'s), held only in fbgemm's packed form (as many bytes as int8's). CPU only, and
@@ -51,9 +51,9 @@ from engine.layers.quantization import (
 )
 
 FBGEMM_ENGINES = ("x86", "fbgemm")
+"""``torch.backends.quantized.engine`` values whose dynamic linear is fbgemm's."""
 _PAST_ONE = 1.0 + 2.0**-16
 _TINY = torch.finfo(torch.float32).tiny
-"""``torch.backends.quantized.engine`` values whose dynamic linear is fbgemm's."""
 
 
 def pack_int8_weight(qweight: torch.Tensor, scales: torch.Tensor) -> torch.ScriptObject:

@@ -129,8 +129,7 @@ class EngineSettings(Group):
     draft_quantization: Literal["same", "auto", "int8", "int4", "w8a8"] | None = Field(
         _ENGINE.draft_quantization,  # type: ignore[arg-type]
         description="draft model's weights: same = as quantization; else any quantization "
-        "value (e.g. a w8a8 target, whose k + 1-row verification costs about one step, with "
-        "an int8 draft, fastest one row at a time)",
+        "value, for a draft whose fastest format at one row differs from the target's at k + 1",
     )
     decoding: Literal["context_aware", "contrastive"] | None = Field(
         _ENGINE.decoding,  # type: ignore[arg-type]
