@@ -57,7 +57,8 @@ class EngineConfig:
     integers (``engine.layers.w8a8``; CPU only, the MLP's down projection and the LM head as
     "int8"); "auto" picks per model at load
     (``engine.weight_formats``): on a CPU int4 for a GGUF that stores every decoder matrix in
-    Q4_1 (SmolLM2's), which int4 holds exactly, int8 otherwise; on a GPU the model's dtype. The
+    Q4_1 (SmolLM2's), which int4 holds exactly, otherwise w8a8 where PyTorch's quantized engine
+    is fbgemm (x86) and int8 elsewhere; on a GPU the model's dtype. The
     settings' default is "auto"; this class's stays None, so that a library caller gets the
     checkpoint's numbers."""
     speculative: str | None = None

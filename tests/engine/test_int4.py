@@ -151,12 +151,13 @@ def test_the_int4_engine_agrees_with_the_float_one_on_the_next_token(
     assert len(text.split()) >= 5
 
 
-def test_auto_is_int4_for_an_all_q4_1_gguf_on_a_cpu_and_int8_for_anything_else(
-    tmp_path: Path,
+def test_auto_is_int4_for_an_all_q4_1_gguf_on_a_cpu_and_8_bit_for_anything_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """SmolLM2's GGUF stores every decoder matrix in Q4_1: int4 gives them back exactly. Other
     formats (Q4_K_M, which also keeps some matrices in Q6_K; Q5_0) and float checkpoints get
-    int8; a GPU the model's own dtype; an explicit choice stands."""
+    w8a8 where PyTorch's quantized engine is fbgemm, int8 under another engine; a GPU the
+    model's own dtype; an explicit choice stands."""
     smollm2 = resolve_model(None)
     assert gguf_decoder_types(Path(smollm2.directory) / str(smollm2.gguf_file)) == {"Q4_1"}
     assert resolve_quantization("auto", smollm2, "cpu") == "int4"
@@ -164,7 +165,12 @@ def test_auto_is_int4_for_an_all_q4_1_gguf_on_a_cpu_and_int8_for_anything_else(
     assert resolve_quantization("int8", smollm2, "cpu") == "int8"
     assert resolve_quantization(None, smollm2, "cpu") is None
     checkpoint = ModelSource("float", str(tmp_path))
-    assert resolve_quantization("auto", checkpoint, "cpu") == "int8"
+    monkeypatch.setattr(torch.backends.quantized, "engine", "x86")
+    assert resolve_quantization("auto", checkpoint, "cpu") == "w8a8"
+    assert resolve_quantization("auto", smollm2, "cpu") == "int4"
+    if "qnnpack" in torch.backends.quantized.supported_engines:
+        monkeypatch.setattr(torch.backends.quantized, "engine", "qnnpack")
+        assert resolve_quantization("auto", checkpoint, "cpu") == "int8"
     assert all_exact_in_int4({"Q4_1"})
     assert not all_exact_in_int4({"Q4_1", "Q6_K"}) and not all_exact_in_int4({"Q4_K"})
     assert not all_exact_in_int4({"Q4_0"}) and not all_exact_in_int4({"Q5_0"})
