@@ -130,8 +130,9 @@ class EngineSettings(Group):
     )
     draft_quantization: Literal["same", "auto", "int8", "int4", "w8a8"] | None = Field(
         _ENGINE.draft_quantization,  # type: ignore[arg-type]
-        description="draft model's weights: same = as quantization; else any quantization "
-        "value, for a draft whose fastest format at one row differs from the target's at k + 1",
+        description="draft model's weights: same = as quantization; none (or empty) = the "
+        "draft's own dtype (float32 on a CPU); else any quantization value, for a draft whose "
+        "fastest format at one row differs from the target's at k + 1",
     )
     decoding: Literal["context_aware", "contrastive"] | None = Field(
         _ENGINE.decoding,  # type: ignore[arg-type]

@@ -44,13 +44,14 @@ def test_w8a8_linear_matches_float_within_its_precision(bias: bool) -> None:
         assert torch.allclose(shifted - got, torch.full_like(got, 3.0) - linear.bias, atol=1e-4)
 
 
-def test_each_row_is_quantized_on_its_own_range() -> None:
+@pytest.mark.parametrize("bias", [True, False])
+def test_each_row_is_quantized_on_its_own_range(bias: bool) -> None:
     """A row's product is bit for bit the same alone and beside others (a decode batch mixes
     sequences; a prompt chunk mixes tokens whose activations differ by orders of magnitude; a
     verification pass adds the guesses' rows): each row is mapped onto the op's whole range by
     its own minimum and maximum, offset rows included."""
     torch.manual_seed(1)
-    linear = torch.nn.Linear(128, 64, bias=True)
+    linear = torch.nn.Linear(128, 64, bias=bias)
     quantized = W8A8Linear(linear)
     small = activations(1, 128)
     others = torch.cat(
@@ -69,12 +70,14 @@ def test_each_row_is_quantized_on_its_own_range() -> None:
         expected = linear(torch.cat([small, others]))
     assert torch.equal(beside[3:4], alone)
     assert torch.equal(torch.cat([beside[:3], beside[4:]]), each)
-    for got, want in zip(torch.cat([alone, each]), expected, strict=True):
-        assert relative_error(got, want) < 0.05
+    for got, want in zip(torch.cat([alone, each])[:-1], expected[:-1], strict=True):
+        assert relative_error(got, want) < 0.05  # the zero row: checked exactly below
     # The constant rows (no spread to round) come out as their exact products with the int8
-    # weights.
+    # weights, the zero row as exactly its bias.
     exact = torch.nn.functional.linear(others[-2:], quantized.dequantized(), linear.bias)
     assert torch.allclose(each[-2:], exact, rtol=1e-5, atol=1e-5)
+    zero = torch.zeros(64) if linear.bias is None else linear.bias.detach()
+    assert torch.equal(each[-1], zero)
 
 
 def test_the_weights_are_int8s_values_and_counted() -> None:
