@@ -50,7 +50,12 @@ def main(argv: list[str] | None = None) -> None:
         "--decoding", default="context_aware", choices=["context_aware", "contrastive"]
     )
     parser.add_argument("--amateur", default=None, help="decoding=contrastive: the amateur model")
-    parser.add_argument("--quantization", default="int8", choices=["none", "int8"])
+    parser.add_argument(
+        "--quantization",
+        default="auto",
+        choices=["auto", "none", "int8", "int4", "w8a8"],
+        help="weights (default auto: each model's CPU default, as the settings' default)",
+    )
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
@@ -83,6 +88,7 @@ def main(argv: list[str] | None = None) -> None:
             {
                 "model": plain.model_name,
                 "decoding": name,
+                "quantization": plain.quantization,
                 "amateur": args.amateur,
                 "num_prompts": len(pairs),
                 "plain_answer_s_median": statistics.median(times["plain"]),
