@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from engine.layers.w8a8 import FBGEMM_ENGINES
+from engine.layers.w8a8 import fbgemm_is_the_engine
 from engine.model_loader import ModelSource
 
 EXACT_IN_INT4 = frozenset({"Q4_1"})
@@ -53,17 +53,11 @@ def all_exact_in_int4(types: Iterable[str]) -> bool:
 
 
 def cpu_int4_kernel_available() -> bool:
-    """PyTorch's CPU int4 weight-only kernel arrived in 2.6; older builds get int8."""
+    """PyTorch's CPU int4 weight-only kernel arrived in 2.6; older builds get 8-bit weights."""
     ops = torch.ops.aten
     return hasattr(ops, "_weight_int4pack_mm_for_cpu") and hasattr(
         ops, "_convert_weight_to_int4pack_for_cpu"
     )
-
-
-def cpu_integer_products_available() -> bool:
-    """w8a8 multiplies through fbgemm, PyTorch's x86 quantized engine (QNNPACK on ARM rounds
-    activations differently and is refused by the layer)."""
-    return torch.backends.quantized.engine in FBGEMM_ENGINES
 
 
 def resolve_quantization(quantization: str | None, source: ModelSource, device: str) -> str | None:
@@ -76,4 +70,4 @@ def resolve_quantization(quantization: str | None, source: ModelSource, device: 
         types = gguf_decoder_types(Path(source.directory) / source.gguf_file)
         if all_exact_in_int4(types):
             return "int4"
-    return "w8a8" if cpu_integer_products_available() else "int8"
+    return "w8a8" if fbgemm_is_the_engine() else "int8"

@@ -57,6 +57,12 @@ _PAST_ONE = 1.0 + 2.0**-16
 _TINY = torch.finfo(torch.float32).tiny
 
 
+def fbgemm_is_the_engine() -> bool:
+    """Whether w8a8 can run here: PyTorch's quantized engine is fbgemm (x86). QNNPACK (ARM) and
+    oneDNN round activations differently and are refused."""
+    return torch.backends.quantized.engine in FBGEMM_ENGINES
+
+
 def pack_int8_weight(qweight: torch.Tensor, scales: torch.Tensor) -> torch.ScriptObject:
     """fbgemm's packed form of per-row int8 weights (``qweight[i] * scales[i]``)."""
     zero_points = torch.zeros(qweight.shape[0], dtype=torch.long)
@@ -78,10 +84,10 @@ class W8A8Linear(nn.Module):
         weight = linear.weight
         if weight.device.type != "cpu":
             raise ValueError("w8a8 runs on the CPU only (use int8 on CUDA)")
-        engine = torch.backends.quantized.engine
-        if engine not in FBGEMM_ENGINES:
+        if not fbgemm_is_the_engine():
             raise ValueError(
-                f"w8a8 needs PyTorch's x86 quantized engine (fbgemm), not {engine!r} (use int8)"
+                "w8a8 needs PyTorch's x86 quantized engine (fbgemm), not "
+                f"{torch.backends.quantized.engine!r} (use int8)"
             )
         self.out_features, self.in_features = weight.shape
         self.out_dtype = weight.dtype

@@ -98,11 +98,10 @@ class EngineSettings(Group):
         "of float32 and decodes 1.5x as fast, the 1.5B's w8a8 within 2 points on three sets at "
         "0.65x int8's first token: docs/benchmarks.md); none = the model's dtype (float32 on a "
         "CPU); int8 = per-channel int8 weight-only linear layers (a quarter of fp32's bytes); "
-        "int4 = the decoder's linear "
-        "layers in 4-bit groups of 32 (GGUF's blocks) and the LM head in int8 (about a sixth; "
-        "CPU only); w8a8 = int8 decoder weights times int8 activations quantized per token, "
-        "multiplied in integers by fbgemm (CPU only; the MLP's down projection and the LM head "
-        "int8)",
+        "int4 = the decoder's linear layers in 4-bit groups of 32 (GGUF's blocks) and the LM "
+        "head in int8 (about a sixth; CPU only); w8a8 = int8 decoder weights times int8 "
+        "activations quantized per token, multiplied in integers by fbgemm (CPU only; the MLP's "
+        "down projection and the LM head int8)",
     )
     speculative: Literal["prompt_lookup", "draft", "draft+prompt_lookup"] | None = Field(
         _ENGINE.speculative,  # type: ignore[arg-type]
@@ -237,8 +236,8 @@ class EngineSettings(Group):
     def resolved_quantization(self) -> str | None:
         """``auto`` stays ``auto`` for our engine, which resolves it per model at load (int4
         for an all-Q4_1 GGUF on a CPU, else w8a8 on an x86 CPU and int8 on another, the
-        model's dtype on a GPU), and is
-        none in another backend (transformers, a remote server)."""
+        model's dtype on a GPU), and is none in another backend (transformers, a remote
+        server)."""
         if self.quantization == "auto" and self.generator in ("hf", "openai"):
             return None
         return self.quantization
