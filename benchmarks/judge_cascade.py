@@ -23,6 +23,8 @@ every set and writes ``rag/data/confidence-PROFILE.json`` and ``rag/data/judged-
     python benchmarks/judge_cascade.py --runs eval-runs/labelled-qwen1.5b \
         --write-model qwen2.5-coder-1.5b
     python benchmarks/judge_cascade.py --runs eval-runs/labelled-smollm2-judged --stage1-shipped
+    python benchmarks/judge_cascade.py --runs eval-runs/labelled-qwen1.5b-w8a8 \
+        --stage1-from rag/data/confidence-qwen2.5-coder-1.5b.json
 """
 
 from __future__ import annotations
@@ -76,11 +78,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--max-share", type=float, default=0.5, help="the band judges at most this share"
     )
-    parser.add_argument(
+    fixed = parser.add_mutually_exclusive_group()
+    fixed.add_argument(
         "--stage1-shipped",
-        action="store_true",
+        action="store_const",
+        dest="stage1_from",
+        const=DATA / "confidence.json",
         help="score the first stage with the shipped SmolLM2 confidence (today's default) "
         "instead of refitting it: the judge's gain over what ships",
+    )
+    fixed.add_argument(
+        "--stage1-from",
+        type=Path,
+        metavar="FILE",
+        help="score the first stage with this fitted confidence instead of refitting it (e.g. "
+        "a profile's shipped file, on answers of another weight format)",
     )
     parser.add_argument("--write-model", metavar="PROFILE", help="write both stages' files")
     parser.add_argument(
@@ -277,14 +289,14 @@ def main(argv: list[str] | None = None) -> None:
     options = FitOptions(
         directions=directions, l2=args.l2, standardize=True, per_set_intercepts=True
     )
-    shipped = ConfidenceModel.load(DATA / "confidence.json") if args.stage1_shipped else None
+    shipped = ConfidenceModel.load(args.stage1_from) if args.stage1_from else None
     sets = list(dict.fromkeys(a.dataset for a in answers))
     left_out = Validation(answers, options, lambda a: a.dataset, shipped)
     new_q = Validation(answers, options, lambda a: question_fold(a, 5), shipped)
     band, band_lines = choose_band(left_out, args.max_share)
     print(
         f"{len(answers)} labelled answers of {args.runs.name}; first stage "
-        f"{'shipped' if shipped else 'refitted, left out'}"
+        f"{f'fixed ({args.stage1_from.name})' if shipped else 'refitted, left out'}"
     )
     print("\nBands (pooled left-out first-stage scores): band | share judged | mean AUROC\n")
     print("\n".join(band_lines))
