@@ -23,8 +23,9 @@ every set and writes ``rag/data/confidence-PROFILE.json`` and ``rag/data/judged-
     python benchmarks/judge_cascade.py --runs eval-runs/labelled-qwen1.5b \
         --write-model qwen2.5-coder-1.5b
     python benchmarks/judge_cascade.py --runs eval-runs/labelled-smollm2-judged --stage1-shipped
+    git show a3260dc:rag/data/confidence-qwen2.5-coder-1.5b.json > eval-runs/int8-fitted.json
     python benchmarks/judge_cascade.py --runs eval-runs/labelled-qwen1.5b-w8a8 \
-        --stage1-from rag/data/confidence-qwen2.5-coder-1.5b.json
+        --stage1-from eval-runs/int8-fitted.json
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ class Validation:
         self.answers = answers
         self.options = options
         self.split = split
-        self.stage1 = stage1  # a fixed first stage (the shipped one) instead of refitting
+        self.stage1 = stage1  # a fixed first stage (a fitted file) instead of refitting
         self.groups = list(dict.fromkeys(split(a) for a in answers))
         self.first = self._first_stage(answers, self.groups)
         self.stage2 = {g: self._stage2_without(g) for g in self.groups}
@@ -289,14 +290,14 @@ def main(argv: list[str] | None = None) -> None:
     options = FitOptions(
         directions=directions, l2=args.l2, standardize=True, per_set_intercepts=True
     )
-    shipped = ConfidenceModel.load(args.stage1_from) if args.stage1_from else None
+    fixed = ConfidenceModel.load(args.stage1_from) if args.stage1_from else None
     sets = list(dict.fromkeys(a.dataset for a in answers))
-    left_out = Validation(answers, options, lambda a: a.dataset, shipped)
-    new_q = Validation(answers, options, lambda a: question_fold(a, 5), shipped)
+    left_out = Validation(answers, options, lambda a: a.dataset, fixed)
+    new_q = Validation(answers, options, lambda a: question_fold(a, 5), fixed)
     band, band_lines = choose_band(left_out, args.max_share)
     print(
         f"{len(answers)} labelled answers of {args.runs.name}; first stage "
-        f"{f'fixed ({args.stage1_from.name})' if shipped else 'refitted, left out'}"
+        f"{f'fixed ({args.stage1_from.name})' if fixed else 'refitted, left out'}"
     )
     print("\nBands (pooled left-out first-stage scores): band | share judged | mean AUROC\n")
     print("\n".join(band_lines))
@@ -358,7 +359,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{fmt(float(np.mean(above)) if above else None)} | "
             f"{fmt(float(np.mean(below)) if below else None)} |"
         )
-    stage1 = shipped or options.fit(answers)
+    stage1 = fixed or options.fit(answers)
     stage2 = fit_stage2(answers, left_out.first)
     print(f"\nSecond stage on every set: {json.dumps(stage2.weights)} bias {stage2.bias:+.3f}")
 
@@ -377,7 +378,7 @@ def main(argv: list[str] | None = None) -> None:
         retrain = f"python benchmarks/judge_cascade.py --runs DIR --write-model {args.write_model}"
         if args.abstain_below is not None and args.review_below is not None:
             notes.update({"abstain_below": args.abstain_below, "review_below": args.review_below})
-        if shipped is None:
+        if fixed is None:
             stage1.notes.update({**notes, "retrain": retrain})
             stage1.save(shipped_confidence_path(args.write_model))
         stage2.notes.update({**notes, "retrain": retrain, "features": "first_stage, judge"})
