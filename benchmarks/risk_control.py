@@ -19,13 +19,18 @@ gives how often the realised risk stayed within the target (nothing answered cou
 the mean coverage and the median realised risk of the orders that answered.
 
 The prior is the confidence recorded with each answer (``--prior recorded``): for SmolLM2's
-records that is the shipped default; for the 1.5B's records it is the same SmolLM2 default, since
-the 1.5B's own shipped confidence was fitted on these very records (``--prior profile`` uses it
-anyway, in-sample). The fixed thresholds of today's policy are judged on the same rests.
+records that is the shipped default; for the 1.5B's int8 records it is the same SmolLM2 default,
+since the 1.5B's own shipped confidence was fitted on these very records (``--prior profile
+--profile qwen2.5-coder-1.5b`` uses it anyway, in-sample). The 1.5B's w8a8 records were made
+after that fit, so they recorded it (with the judge's second stage): replay them with ``--prior
+profile`` alone, which scores every answer with the SmolLM2 default again, out of sample. The
+fixed thresholds of today's policy are judged on the same rests.
 
     python benchmarks/risk_control.py --runs eval-runs/labelled-smollm2 --orders 100
     python benchmarks/risk_control.py --runs eval-runs/labelled-qwen1.5b --orders 100 \
         --skip rgb_noise
+    python benchmarks/risk_control.py --runs eval-runs/labelled-qwen1.5b-w8a8 --orders 100 \
+        --pooled --prior profile
 """
 
 from __future__ import annotations
