@@ -9,6 +9,15 @@ configurations answered count (``errors`` says how many records of each had no a
 
     python benchmarks/decoding_side_by_side.py --baseline int8 --other context_aware \\
         eval-runs/musique eval-runs/squad2
+
+The AUROC compares the confidence each answer was given. When that confidence was fitted on
+these very questions (a profile's shipped file, fitted on labelled answers to the same sets),
+the baseline's answers, which the fit saw, rank better than they would on new questions, and the
+comparison favours it. ``--rescore FILE`` scores every answer's recorded signals with another
+fitted first stage instead (one not fitted on these questions), the same file for both:
+
+    python benchmarks/decoding_side_by_side.py --baseline qwen1.5b \\
+        --other qwen1.5b-context-aware --rescore rag/data/confidence.json eval-runs/squad2
 """
 
 from __future__ import annotations
@@ -38,12 +47,28 @@ def supported(record: dict[str, Any]) -> bool:
     return any(g["name"] == "grounding" and g["outcome"] == "pass" for g in record["guards"])
 
 
-def compare(run: Path, baseline: str, other: str, seed: int) -> dict[str, Any]:
+def rescored(recs: dict[str, dict[str, Any]], path: Path) -> dict[str, dict[str, Any]]:
+    """The records with each scored answer's confidence recomputed from its recorded signals by
+    the fitted confidence at ``path`` (a declined answer keeps having none)."""
+    from guards.confidence import ConfidenceModel
+
+    model = ConfidenceModel.load(path)
+    return {
+        i: r if r.get("confidence") is None else {**r, "confidence": model.score(r["signals"])}
+        for i, r in recs.items()
+    }
+
+
+def compare(
+    run: Path, baseline: str, other: str, seed: int, rescore: Path | None = None
+) -> dict[str, Any]:
     from rag.eval.items import read_items
     from rag.eval.summary import is_correct
 
     items = {item.id: item for item in read_items(run / "dataset.jsonl")}
     first, second = records(run / baseline / "items.jsonl"), records(run / other / "items.jsonl")
+    if rescore is not None:
+        first, second = rescored(first, rescore), rescored(second, rescore)
     both = [i for i in first if i in second and i in items]
     # An item whose generation failed (a deadline, an engine error) has an error, not an answer:
     # it is counted apart, and the pair is left out of the paired comparison.
@@ -87,6 +112,7 @@ def compare(run: Path, baseline: str, other: str, seed: int) -> dict[str, Any]:
         "changed_answers": sum(first[i]["answer"] != second[i]["answer"] for i in ids),
         "errors": errors,
         "confidence_auroc": confidence,
+        "confidence_from": str(rescore) if rescore is not None else "recorded",
     }
 
 
@@ -141,9 +167,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--baseline", default="int8")
     parser.add_argument("--other", default="context_aware")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--rescore",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="score both configurations' answers with this fitted confidence for the AUROC "
+        "(default: the confidence recorded with each answer)",
+    )
     args = parser.parse_args(argv)
     for run in args.runs:
-        print(json.dumps(compare(run, args.baseline, args.other, args.seed)))
+        print(json.dumps(compare(run, args.baseline, args.other, args.seed, args.rescore)))
 
 
 if __name__ == "__main__":
