@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--quantization",
         default="auto",
-        choices=["auto", "none", "int8", "int4", "w8a8"],
+        choices=["auto", "none", "int8", "int4", "w8a8", "w4a8"],
         help="weights (default auto: each model's CPU default, as the settings' default)",
     )
     parser.add_argument("--prompts", type=int, default=8)

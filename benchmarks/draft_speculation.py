@@ -35,16 +35,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", default="qwen2.5-coder-1.5b")
     parser.add_argument("--draft", default="qwen2.5-coder-0.5b")
-    parser.add_argument("--quantization", default="int8", choices=["none", "int8", "int4", "w8a8"])
+    parser.add_argument(
+        "--quantization", default="int8", choices=["none", "int8", "int4", "w8a8", "w4a8"]
+    )
     parser.add_argument(
         "--draft-quantization",
         default="same",
-        choices=["same", "none", "int8", "int4", "w8a8"],
+        choices=["same", "none", "int8", "int4", "w8a8", "w4a8"],
         help="the draft model's weight format (same: --quantization)",
     )
     parser.add_argument(
         "--also-plain",
-        choices=["none", "int8", "int4", "w8a8"],
+        choices=["none", "int8", "int4", "w8a8", "w4a8"],
         help="also plain decoding in this weight format (against plain in --quantization)",
     )
     parser.add_argument("--num-draft-tokens", default="4", help="comma-separated k values")

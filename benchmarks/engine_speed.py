@@ -327,12 +327,12 @@ def first_divergence(reference: list[int], other: list[int]) -> int:
     )
 
 
-QUANTIZED = ("int8", "int4", "w8a8")
+QUANTIZED = ("int8", "int4", "w8a8", "w4a8")
 """The weight formats (f) measures against float32, side by side."""
 
 
 def bench_int8(stream: list[int], quick: bool) -> dict[str, Any]:
-    """(f): fp32, bf16, int8, int4 and w8a8 engines side by side in this process."""
+    """(f): fp32, bf16, int8, int4, w8a8 and w4a8 engines side by side in this process."""
     from engine import EngineConfig, LLMEngine, SamplingParams
     from engine.layers.quantization import weight_bytes
     from tests.engine.test_llm_engine import QUESTIONS
@@ -342,7 +342,7 @@ def bench_int8(stream: list[int], quick: bool) -> dict[str, Any]:
 
     engines = {"float": build(), "bf16": build(dtype="bfloat16")}
     for name in QUANTIZED:
-        if name in ("int4", "w8a8") and DEVICE != "cpu":
+        if name in ("int4", "w8a8", "w4a8") and DEVICE != "cpu":
             continue  # PyTorch's CPU int4 kernel and fbgemm only
         engines[name] = build(quantization=name)
     timed = [name for name in engines if name != "bf16"]

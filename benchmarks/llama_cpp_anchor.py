@@ -54,7 +54,7 @@ ANSWER_TOKENS = 64
 """The RAG answers' token limit."""
 LOAD_COPIES = 4
 """The load submits every answer prompt this many times at once (16 prompts: 64 requests)."""
-VARIANTS = {"float32": None, "int8": "int8", "int4": "int4", "w8a8": "w8a8"}
+VARIANTS = {"float32": None, "int8": "int8", "int4": "int4", "w8a8": "w8a8", "w4a8": "w4a8"}
 """Our weight formats by name, as ``EngineConfig.quantization`` takes them."""
 
 

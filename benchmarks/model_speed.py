@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 DEFAULT_DATA_DIR = ROOT.parent / "shared" / "data"
-VARIANTS = ("float32", "int8", "int4", "w8a8")
+VARIANTS = ("float32", "int8", "int4", "w8a8", "w4a8")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
-_QUANTIZATIONS = (None, "auto", "int8", "int4", "w8a8")
+_QUANTIZATIONS = (None, "auto", "int8", "int4", "w8a8", "w4a8")
 _SPECULATIVE = (None, "prompt_lookup", "draft", "draft+prompt_lookup")
 _DECODING = (None, "contrastive", "context_aware")
 
@@ -55,7 +55,10 @@ class EngineConfig:
     about a sixth of fp32's weight bytes (CPU only); "w8a8" stores them as int8 in fbgemm's
     packed form and quantizes each token's activations to int8 at run time, multiplying in
     integers (``engine.layers.w8a8``; CPU only, the MLP's down projection and the LM head as
-    "int8"); "auto" picks per model at load
+    "int8"); "w4a8" keeps int4's 4-bit groups and multiplies them with activations rounded to
+    8 bits in blocks of 32, in integers, by our own AVX2 kernel (``engine.layers.w4a8``; x86 CPU
+    only, built from source on first use; the LM head int8 through the same kernel); "auto" picks
+    per model at load
     (``engine.weight_formats``): on a CPU int4 for a GGUF that stores every decoder matrix in
     Q4_1 (SmolLM2's), which int4 holds exactly, otherwise w8a8 where PyTorch's quantized engine
     is fbgemm (x86) and int8 elsewhere; on a GPU the model's dtype. The

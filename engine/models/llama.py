@@ -18,6 +18,7 @@ from engine.layers.attention import AttentionMetadata, paged_attention, write_kv
 from engine.layers.int4 import Int4Embedding, quantize_linears_int4
 from engine.layers.quantization import Int8Embedding, Int8Linear, quantize_linears
 from engine.layers.rotary import RotaryEmbedding, apply_rotary
+from engine.layers.w4a8 import BlockInt8Linear, quantize_linears_w4a8
 from engine.layers.w8a8 import quantize_linears_w8a8
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -173,8 +174,8 @@ class LlamaForCausalLM(nn.Module):
     ) -> LlamaForCausalLM:
         """Build the model from a Hugging Face checkpoint's tensors one decoder layer at a time:
         each layer's float weights are read, moved to ``device`` in ``dtype`` and, with
-        ``quantization`` (``"int8"``, ``"int4"`` or ``"w8a8"``), quantized before the next layer
-        is read.
+        ``quantization`` (``"int8"``, ``"int4"``, ``"w8a8"`` or ``"w4a8"``), quantized before the
+        next layer is read.
         The model is first built on the meta device (no memory, no random initialisation), so a
         quantized model's peak is its quantized weights plus one float layer or one
         vocabulary-sized matrix, not the whole float checkpoint twice over. A missing
@@ -230,7 +231,8 @@ class LlamaForCausalLM(nn.Module):
         more bits, the one matrix every token's choice is read from keeps its precision. A tied
         embedding reads the head's int8 rows, so the model keeps no float copy of its largest
         matrix; an untied one is quantized on its own: to int4 beside int4 layers (as Q4_K_M
-        stores it), else to int8 (a lookup reads rows: W8A8 has no activations to quantize).
+        stores it; under w4a8 too), else to int8 (a lookup reads rows: W8A8 has no activations
+        to quantize).
         """
         if quantization is None or _EMBEDDING not in names:
             _assign(self, tensors.take(names), device, dtype, "")
@@ -243,7 +245,9 @@ class LlamaForCausalLM(nn.Module):
         elif _HEAD in names:
             _assign(self, tensors.take([_HEAD]), device, dtype, "")
         _check_loaded(self.lm_head, "lm_head.")
-        head = Int8Linear.from_linear(self.lm_head)
+        # Under w4a8 the head's int8 rows multiply 8-bit activations through our kernel.
+        head_type = BlockInt8Linear if quantization == "w4a8" else Int8Linear
+        head = head_type.from_linear(self.lm_head)
         head.dense_prefill = False
         self.lm_head = head  # type: ignore[assignment]
         if self.tie_word_embeddings:
@@ -252,7 +256,7 @@ class LlamaForCausalLM(nn.Module):
         _assign(self, tensors.take([_EMBEDDING]), device, dtype, "")
         quantized = (
             Int4Embedding(self.model.embed_tokens)
-            if quantization == "int4"
+            if quantization in ("int4", "w4a8")
             else Int8Embedding.from_embedding(self.model.embed_tokens)
         )
         self.model.embed_tokens = quantized  # type: ignore[assignment]
@@ -263,6 +267,7 @@ QUANTIZERS = {
     "int8": quantize_linears,
     "int4": quantize_linears_int4,
     "w8a8": quantize_linears_w8a8,
+    "w4a8": quantize_linears_w4a8,
 }
 """What each weight format does to a decoder layer's linear layers."""
 

@@ -90,7 +90,7 @@ class EngineSettings(Group):
         _ENGINE.cuda_graphs,
         description="engine replays decode steps as CUDA graphs (CUDA devices only)",
     )
-    quantization: Literal["auto", "int8", "int4", "w8a8"] | None = Field(
+    quantization: Literal["auto", "int8", "int4", "w8a8", "w4a8"] | None = Field(
         "auto",
         description="engine weights: auto = on a CPU int4 for a GGUF whose decoder matrices are "
         "all Q4_1 (the default SmolLM2), w8a8 for any other model on an x86 CPU (int8 on "
@@ -101,7 +101,9 @@ class EngineSettings(Group):
         "int4 = the decoder's linear layers in 4-bit groups of 32 (GGUF's blocks) and the LM "
         "head in int8 (about a sixth; CPU only); w8a8 = int8 decoder weights times int8 "
         "activations quantized per token, multiplied in integers by fbgemm (CPU only; the MLP's "
-        "down projection and the LM head int8)",
+        "down projection and the LM head int8); w4a8 = int4's 4-bit weights times activations "
+        "rounded to 8 bits in blocks of 32, multiplied in integers by ragguard's own AVX2 kernel "
+        "(x86 CPU only, compiled on first use)",
     )
     speculative: Literal["prompt_lookup", "draft", "draft+prompt_lookup"] | None = Field(
         _ENGINE.speculative,  # type: ignore[arg-type]
@@ -127,7 +129,7 @@ class EngineSettings(Group):
     num_draft_tokens: int = Field(
         _ENGINE.num_draft_tokens, ge=1, le=16, description="draft model: guesses per step"
     )
-    draft_quantization: Literal["same", "auto", "int8", "int4", "w8a8"] | None = Field(
+    draft_quantization: Literal["same", "auto", "int8", "int4", "w8a8", "w4a8"] | None = Field(
         _ENGINE.draft_quantization,  # type: ignore[arg-type]
         description="draft model's weights: same = as quantization; none (or empty) = the "
         "draft's own dtype (float32 on a CPU); else any quantization value, for a draft whose "

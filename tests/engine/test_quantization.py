@@ -177,10 +177,10 @@ def test_the_int8_engine_follows_the_float_one_on_the_parity_prompts(
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("quantization", ["int8", "int4", "w8a8"])
+@pytest.mark.parametrize("quantization", ["int8", "int4", "w8a8", "w4a8"])
 def test_an_untied_model_keeps_no_float_embedding(quantization: str, tmp_path: Path) -> None:
     """A model with its own output matrix (as Qwen2.5-1.5B's GGUF has): its token embedding is
-    quantized too (int4 with int4, else int8), and greedy decoding still follows the float model's
+    quantized too (int4 with int4 and w4a8, else int8), and greedy decoding still follows the float model's
     next tokens."""
     _, _, tokenizer, _ = load_config_and_tokenizer(resolve_model(None), None)
     directory = tmp_path / "untied"
@@ -198,7 +198,7 @@ def test_an_untied_model_keeps_no_float_embedding(quantization: str, tmp_path: P
 
     floats, quantized = build(None), build(quantization)
     assert not quantized.model.tie_word_embeddings
-    expected_table = Int4Embedding if quantization == "int4" else Int8Embedding
+    expected_table = Int4Embedding if quantization in ("int4", "w4a8") else Int8Embedding
     assert isinstance(quantized.model.model.embed_tokens, expected_table)
     assert not any(isinstance(m, torch.nn.Embedding) for m in quantized.model.modules())
     assert weight_bytes(quantized.model) < 0.3 * weight_bytes(floats.model)
