@@ -60,8 +60,9 @@ class EngineConfig:
     only, built from source on first use; the LM head int8 through the same kernel); "auto" picks
     per model at load
     (``engine.weight_formats``): on a CPU int4 for a GGUF that stores every decoder matrix in
-    Q4_1 (SmolLM2's), which int4 holds exactly, otherwise w8a8 where PyTorch's quantized engine
-    is fbgemm (x86) and int8 elsewhere; on a GPU the model's dtype. The
+    Q4_1 (SmolLM2's), which int4 holds exactly, w4a8 for another 4-bit GGUF (Q4_K_M: Q4_K and
+    Q6_K) where the kernel builds, otherwise w8a8 where PyTorch's quantized engine is fbgemm
+    (x86) and int8 elsewhere; on a GPU the model's dtype. The
     settings' default is "auto"; this class's stays None, so that a library caller gets the
     checkpoint's numbers."""
     speculative: str | None = None

@@ -14,6 +14,13 @@ are w8a8 (the activations rounded to 8 bits too, the products in integers); else
 weight-only. On Qwen2.5-Coder-1.5B (Q4_K_M, an AVX2 CPU) w8a8 kept task accuracy within 2 points
 of float32 on three sets and its confidence ranked answers as well as int8's, at 0.65x int8's
 time to first token and 1.2-1.6x its decode rate (docs/benchmarks.md, "Integer products").
+
+A 4-bit file that int4 does not hold exactly (Q4_K_M: Q4_K with some matrices in Q6_K, the
+1.5B's) runs w4a8 where our CPU kernel builds (x86 with AVX2, a C++ compiler): its weights are
+4-bit already, and w4a8 multiplies them with 8-bit activation blocks in integers. On the 1.5B it
+kept task accuracy within 2 points of float32 on three sets and decoded 1.45x as fast as w8a8
+at batch 1, as fast as llama.cpp (docs/benchmarks.md, "4-bit products of our own"). A file with
+5- or 8-bit matrices (the 0.5B's Q4_K_M holds Q5_0 and Q8_0 ones) keeps 8 bits.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from engine.layers import cpu_kernels
 from engine.layers.w8a8 import fbgemm_is_the_engine
 from engine.model_loader import ModelSource
 
@@ -47,6 +55,17 @@ def gguf_decoder_types(path: Path) -> frozenset[str]:
     )
 
 
+FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K"})
+FOUR_BIT_MIX = FOUR_BIT | {"Q6_K"}
+"""A 4-bit file: its decoder matrices in 4-bit types, some perhaps in Q6_K (a Q4_K_M or Q4_K_S
+mix), none in 5 or 8 bits."""
+
+
+def a_four_bit_file(types: Iterable[str]) -> bool:
+    types = set(types)
+    return bool(types & FOUR_BIT) and types <= FOUR_BIT_MIX
+
+
 def all_exact_in_int4(types: Iterable[str]) -> bool:
     types = set(types)
     return bool(types) and types <= EXACT_IN_INT4
@@ -66,8 +85,11 @@ def resolve_quantization(quantization: str | None, source: ModelSource, device: 
         return quantization
     if not device.startswith("cpu"):
         return None
-    if source.gguf_file is not None and not source.is_hub and cpu_int4_kernel_available():
+    if source.gguf_file is not None and not source.is_hub:
         types = gguf_decoder_types(Path(source.directory) / source.gguf_file)
-        if all_exact_in_int4(types):
+        if all_exact_in_int4(types) and cpu_int4_kernel_available():
             return "int4"
+        # Building the kernel once per machine is part of the first such load (seconds).
+        if a_four_bit_file(types) and cpu_kernels.available():
+            return "w4a8"
     return "w8a8" if fbgemm_is_the_engine() else "int8"

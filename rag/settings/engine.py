@@ -93,7 +93,8 @@ class EngineSettings(Group):
     quantization: Literal["auto", "int8", "int4", "w8a8", "w4a8"] | None = Field(
         "auto",
         description="engine weights: auto = on a CPU int4 for a GGUF whose decoder matrices are "
-        "all Q4_1 (the default SmolLM2), w8a8 for any other model on an x86 CPU (int8 on "
+        "all Q4_1 (the default SmolLM2), w4a8 for another 4-bit GGUF (Q4_K_M, the 1.5B's) where "
+        "our AVX2 kernel builds, w8a8 for any other model on an x86 CPU (int8 on "
         "another); the model's dtype on a GPU (SmolLM2's int4 kept task accuracy within a point "
         "of float32 and decodes 1.5x as fast, the 1.5B's w8a8 within 2 points on three sets at "
         "0.65x int8's first token: docs/benchmarks.md); none = the model's dtype (float32 on a "

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import EngineConfig, LLMEngine, SamplingParams
+from engine import EngineConfig, LLMEngine, SamplingParams, weight_formats
+from engine.layers import cpu_kernels
 from engine.layers.int4 import (
     Int4Embedding,
     Int4Linear,
@@ -19,7 +20,12 @@ from engine.layers.int4 import (
 )
 from engine.layers.quantization import Int8Linear, weight_bytes
 from engine.model_loader import ModelSource, resolve_model
-from engine.weight_formats import all_exact_in_int4, gguf_decoder_types, resolve_quantization
+from engine.weight_formats import (
+    a_four_bit_file,
+    all_exact_in_int4,
+    gguf_decoder_types,
+    resolve_quantization,
+)
 from tests.engine.test_llm_engine import QUESTIONS
 from tests.engine.test_quantization import check_the_dense_path
 
@@ -151,13 +157,14 @@ def test_the_int4_engine_agrees_with_the_float_one_on_the_next_token(
     assert len(text.split()) >= 5
 
 
-def test_auto_is_int4_for_an_all_q4_1_gguf_on_a_cpu_and_8_bit_for_anything_else(
+def test_auto_is_int4_for_an_all_q4_1_gguf_w4a8_for_another_4_bit_one_else_8_bit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """SmolLM2's GGUF stores every decoder matrix in Q4_1: int4 gives them back exactly. Other
-    formats (Q4_K_M, which also keeps some matrices in Q6_K; Q5_0) and float checkpoints get
-    w8a8 where PyTorch's quantized engine is fbgemm, int8 under another engine; a GPU the
-    model's own dtype; an explicit choice stands."""
+    """SmolLM2's GGUF stores every decoder matrix in Q4_1: int4 gives them back exactly. Another
+    4-bit file (Q4_K_M's Q4_K and Q6_K, the 1.5B's) gets w4a8 where our kernel builds; files
+    with 5- or 8-bit matrices (the 0.5B's Q5_0 and Q8_0) and float checkpoints get w8a8 where
+    PyTorch's quantized engine is fbgemm, int8 under another engine; a GPU the model's own
+    dtype; an explicit choice stands."""
     smollm2 = resolve_model(None)
     assert gguf_decoder_types(Path(smollm2.directory) / str(smollm2.gguf_file)) == {"Q4_1"}
     assert resolve_quantization("auto", smollm2, "cpu") == "int4"
@@ -176,6 +183,16 @@ def test_auto_is_int4_for_an_all_q4_1_gguf_on_a_cpu_and_8_bit_for_anything_else(
     assert not all_exact_in_int4({"Q4_1", "Q6_K"}) and not all_exact_in_int4({"Q4_K"})
     assert not all_exact_in_int4({"Q4_0"}) and not all_exact_in_int4({"Q5_0"})
     assert not all_exact_in_int4(set()) and not all_exact_in_int4({"F16"})
+    assert a_four_bit_file({"Q4_K", "Q6_K"}) and a_four_bit_file({"Q4_0"})
+    assert not a_four_bit_file({"Q4_K", "Q5_0", "Q6_K", "Q8_0"}) and not a_four_bit_file({"Q6_K"})
+    assert not a_four_bit_file(set()) and not a_four_bit_file({"F16"})
+    q4_k_m = ModelSource("q4_k_m", str(tmp_path), gguf_file="model.gguf")
+    monkeypatch.setattr(weight_formats, "gguf_decoder_types", lambda _: {"Q4_K", "Q6_K"})
+    eight_bit = resolve_quantization("auto", checkpoint, "cpu")  # w8a8 or int8, by the engine
+    expected = "w4a8" if cpu_kernels.available() else eight_bit
+    assert resolve_quantization("auto", q4_k_m, "cpu") == expected
+    monkeypatch.setattr(cpu_kernels, "available", lambda: False)  # no compiler, no AVX2
+    assert resolve_quantization("auto", q4_k_m, "cpu") == eight_bit
 
 
 @pytest.mark.model
