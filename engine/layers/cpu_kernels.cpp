@@ -8,8 +8,8 @@
 // (largest magnitude onto 127), so an outlier costs precision in its block only.
 //
 // Two weight layouts, both in blocks of 32 input columns:
-//   w4: codes q in 0..15, byte j of a block holding element j (low nibble) and j + 16 (high),
-//       and per block a float16 scale d and offset m: w = q * d + m.
+//   w4: codes q in 0..15 and per block a float16 scale d and offset m, w = q * d + m, repacked
+//       at load into records that interleave 8 output rows (w4_pack; the layout is below).
 //   w8: int8 weights with one float32 scale per output row (the engine's Int8Linear rows).
 // For one block of activations x = dx * xq, with sx = dx * sum(xq):
 //   w4: sum(w * x) = d * dx * sum(q * xq) + m * sx
