@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import Protocol, Self, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -101,7 +101,7 @@ class Int8Linear(nn.Module):
         self.dense_prefill = True
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear) -> Int8Linear:
+    def from_linear(cls, linear: nn.Linear) -> Self:
         qweight, scales = quantize_weight(linear.weight)
         return cls(qweight, scales, linear.bias, linear.weight.dtype)
 

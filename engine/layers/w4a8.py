@@ -32,7 +32,6 @@ from engine.layers.quantization import (
     DENSE_ROWS,
     Int8Linear,
     dense_dtype,
-    quantize_weight,
     replace_linears,
 )
 
@@ -132,11 +131,6 @@ class BlockInt8Linear(_StaysOnCpu, Int8Linear):
         # The kernel's row scales: the very values Int8Linear keeps (rounded to its compute
         # dtype), in float32; not a buffer (derived).
         self.row_scales = self.scales.float()
-
-    @classmethod
-    def from_linear(cls, linear: nn.Linear) -> BlockInt8Linear:
-        qweight, scales = quantize_weight(linear.weight)
-        return cls(qweight, scales, linear.bias, linear.weight.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape

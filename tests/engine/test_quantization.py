@@ -76,6 +76,27 @@ def test_a_prefill_chunk_multiplies_the_widened_weight(bias: bool) -> None:
     check_the_dense_path(quantized, weight, linear.bias)
 
 
+def next_token_agreement(
+    floats: LLMEngine, quantized: LLMEngine
+) -> tuple[int, list[float], list[str]]:
+    """The chat-templated QUESTIONS' next token from both engines: how many agree, each
+    question's mean |log p| change over the tokens both top-20 lists hold, and the prompts."""
+    prompts = [floats.apply_chat_template([{"role": "user", "content": q}]) for q in QUESTIONS]
+    params = SamplingParams(max_tokens=1, logprobs=20)
+    want_outputs = [o.outputs[0] for o in floats.generate(prompts, params)]
+    got_outputs = [o.outputs[0] for o in quantized.generate(prompts, params)]
+    same = sum(
+        g.token_ids[0] == w.token_ids[0] for w, g in zip(want_outputs, got_outputs, strict=True)
+    )
+    moved = []
+    for w, g in zip(want_outputs, got_outputs, strict=True):
+        assert w.top_logprobs is not None and g.top_logprobs is not None
+        want, got = w.top_logprobs[0], g.top_logprobs[0]
+        shared = want.keys() & got.keys()
+        moved.append(sum(abs(want[t] - got[t]) for t in shared) / len(shared))
+    return same, moved, prompts
+
+
 def check_the_dense_path(
     quantized: torch.nn.Module, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> None:

@@ -16,7 +16,7 @@ from engine.layers import cpu_kernels
 from engine.layers.int4 import dequantize_int4, quantize_int4
 from engine.layers.quantization import DENSE_ROWS, Int8Embedding, dense_dtype, weight_bytes
 from engine.layers.w4a8 import BlockInt8Linear, W4A8Linear, quantize_linears_w4a8
-from tests.engine.test_llm_engine import QUESTIONS
+from tests.engine.test_quantization import next_token_agreement
 
 pytestmark = pytest.mark.skipif(
     torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"),
@@ -170,17 +170,7 @@ def test_the_w4a8_engine_mostly_agrees_with_the_float_one_on_the_next_token(
     for product in (layer.self_attn.qkv_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj):
         assert isinstance(product, W4A8Linear)
     assert weight_bytes(model) < 0.25 * weight_bytes(llm_engine.model)
-    prompts = [llm_engine.apply_chat_template([{"role": "user", "content": q}]) for q in QUESTIONS]
-    params = SamplingParams(max_tokens=1, logprobs=20)
-    floats = [o.outputs[0] for o in llm_engine.generate(prompts, params)]
-    quantized = [o.outputs[0] for o in w4a8_engine.generate(prompts, params)]
-    same = sum(q.token_ids[0] == f.token_ids[0] for f, q in zip(floats, quantized, strict=True))
-    moved = []
-    for f, q in zip(floats, quantized, strict=True):
-        assert f.top_logprobs is not None and q.top_logprobs is not None
-        want, got = f.top_logprobs[0], q.top_logprobs[0]
-        shared = want.keys() & got.keys()
-        moved.append(sum(abs(want[t] - got[t]) for t in shared) / len(shared))
+    same, moved, prompts = next_token_agreement(llm_engine, w4a8_engine)
     assert same >= 0.7 * len(prompts), same
     assert sum(moved) / len(moved) < 0.4, moved
 

@@ -10,7 +10,7 @@ from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.layers import w8a8
 from engine.layers.quantization import DENSE_ROWS, Int8Linear, quantize_weight, weight_bytes
 from engine.layers.w8a8 import W8A8Linear, quantize_linears_w8a8
-from tests.engine.test_llm_engine import QUESTIONS
+from tests.engine.test_quantization import next_token_agreement
 
 
 def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
@@ -170,19 +170,9 @@ def test_the_w8a8_engine_mostly_agrees_with_the_float_one_on_the_next_token(
     assert isinstance(layer.mlp.gate_up_proj, W8A8Linear)
     assert isinstance(layer.mlp.down_proj, Int8Linear)
     assert weight_bytes(w8a8_engine.model) < 0.26 * weight_bytes(llm_engine.model)
-    prompts = [llm_engine.apply_chat_template([{"role": "user", "content": q}]) for q in QUESTIONS]
-    params = SamplingParams(max_tokens=1, logprobs=20)
-    floats = [o.outputs[0] for o in llm_engine.generate(prompts, params)]
-    quantized = [o.outputs[0] for o in w8a8_engine.generate(prompts, params)]
-    same = sum(q.token_ids[0] == f.token_ids[0] for f, q in zip(floats, quantized, strict=True))
     # Mean |log p| change of the tokens both top-20 lists hold: 0.32 nats with each row rounded
     # on its own range, 0.49 when a prompt's rows shared the chunk's range.
-    moved = []
-    for f, q in zip(floats, quantized, strict=True):
-        assert f.top_logprobs is not None and q.top_logprobs is not None
-        want, got = f.top_logprobs[0], q.top_logprobs[0]
-        shared = want.keys() & got.keys()
-        moved.append(sum(abs(want[t] - got[t]) for t in shared) / len(shared))
+    same, moved, prompts = next_token_agreement(llm_engine, w8a8_engine)
     text = w8a8_engine.generate(prompts[:1], SamplingParams(max_tokens=24))[0].outputs[0].text
     assert same >= 0.7 * len(prompts), same
     assert sum(moved) / len(moved) < 0.4, moved
